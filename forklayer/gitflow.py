@@ -191,6 +191,17 @@ class PortResult:
     files: list[str] = field(default_factory=list)
 
 
+def _failed_hunks(out: str, patch: Path) -> list[str]:
+    info = parse_patch(patch.read_text())
+    found = []
+    for m in re.finditer(r"patch failed: (.+):(\d+)$", out, re.MULTILINE):
+        fd = info.file(m.group(1))
+        hunk = next((h for h in fd.hunks if h.old_start == int(m.group(2))), None) if fd else None
+        what = f"hunk #{hunk.index} {hunk.header}" if hunk else f"hunk at line {m.group(2)}"
+        found.append(f"{m.group(1)}: {what}: context changed upstream")
+    return found
+
+
 def _offsets(out: str) -> list[str]:
     cur = "?"
     found = []
@@ -248,18 +259,19 @@ def port_wheels(base_pin: Pin, patches: list[Path], base_wheel: Path, new_wheel:
         status, out, err = repo.git.apply("--check", "-v", str(p.resolve()), with_extended_output=True,
                                           with_exceptions=False)
         direct_ok = status == 0
-        offsets = _offsets(out + "\n" + err) if direct_ok else []
+        offsets = _offsets(out + "\n" + err)
+        failed = [] if direct_ok else _failed_hunks(out + "\n" + err, p)
         ok, am_out = am(repo, p, three_way=True)
         if ok:
             kind = ("offset" if offsets else "clean") if direct_ok else "merged"
-            details = offsets if direct_ok else ["applied with a 3-way merge (context changed upstream)"]
+            details = offsets + failed + ([] if direct_ok else ["-> git am --3way merged it without conflicts"])
             results.append(PortResult(p.name, kind, details, sorted(parse_patch(p.read_text()).touched())))
             continue
         conflicted = repo.git.diff("--name-only", "--diff-filter=U").split()
         if not conflicted:  # e.g. file gone upstream: take the names from git's errors
             conflicted = sorted({m.group(1) for m in re.finditer(r"error: (\S+?): ", am_out)})
         lines = [ln for ln in am_out.splitlines() if ln.startswith(("error:", "CONFLICT", "U "))]
-        results.append(PortResult(p.name, "conflict", lines[:6], conflicted))
+        results.append(PortResult(p.name, "conflict", failed + lines[:6], conflicted))
         repo.git.am("--abort", with_exceptions=False)
     return results
 
