@@ -5,7 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from .wheel import normalize_dist, record_hash
+from .wheel import normalize_dist, record_hash, record_text
 
 CACHE_PY = '''from typing import Literal
 
@@ -49,6 +49,7 @@ def sample_files(version: str) -> dict[str, bytes]:
         "vllm/utils/torch_utils.py": TORCH_UTILS_PY.encode(),
         "vllm/_C.abi3.so": b"\x7fELF\x00\x01binary",
         "vllm/third_party/blob.bin": b"a\x00b",
+        "vllm/configs/E=1,N=14336,device_name=X.json": b"{}\n",  # commas: RECORD must quote
     }
 
 
@@ -71,8 +72,8 @@ def make_wheel(
     members[f"{di}/METADATA"] = meta.encode()
     members[f"{di}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     members[f"{di}/top_level.txt"] = b"vllm\n"
-    record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in members.items()) + f"{di}/RECORD,,\n"
-    members[f"{di}/RECORD"] = record.encode()
+    rows = [(n, record_hash(d), str(len(d))) for n, d in members.items()] + [(f"{di}/RECORD", "", "")]
+    members[f"{di}/RECORD"] = record_text(rows).encode()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}-{version}-{tags}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:

