@@ -38,6 +38,15 @@ def cmd_apply(args) -> int:
     if not (target / "vllm").is_dir():
         print(f"error: {target} has no vllm/ package (pass the directory that contains vllm/)", file=sys.stderr)
         return 2
+    version_py = target / "vllm" / "_version.py"
+    if version_py.is_file() and not args.any_version:
+        import re
+
+        m = re.search(r"^__version__ = version = '([^']+)'", version_py.read_text(), re.MULTILINE)
+        if m and m.group(1).split("+")[0] != args.vllm:
+            print(f"error: {target}/vllm is vLLM {m.group(1)}, not {args.vllm} (--any-version to try anyway)",
+                  file=sys.stderr)
+            return 2
     try:
         done = apply_series(target, series.paths, strict=False, check_only=args.check)
     except PatchError as e:
@@ -119,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm", required=True, help="vLLM version whose series to apply")
     p.add_argument("--target", help="directory containing vllm/ (default: the installed vllm's)")
     p.add_argument("--check", action="store_true", help="only check, change nothing")
+    p.add_argument("--any-version", action="store_true", help="skip the vllm/_version.py version check")
     p.set_defaults(fn=cmd_apply)
 
     p = with_vllm(sub.add_parser("check", help="patches-check"))

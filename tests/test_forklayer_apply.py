@@ -154,3 +154,12 @@ def test_cli_apply_idempotent(tmp_path, patches):
     r2 = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
     assert r2.returncode == 0, r2.stderr
     assert r2.stdout.count("already applied") == 2
+
+
+def test_cli_apply_refuses_other_vllm_version(tmp_path):
+    tree = make_tree(tmp_path / "site")
+    (tree / "vllm/_version.py").write_text("__version__ = version = '0.24.0'\n")
+    repo = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "forklayer", "apply", "--vllm", "0.32.0", "--target", str(tree)]
+    r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "is vLLM 0.24.0, not 0.32.0" in r.stderr
