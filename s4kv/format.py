@@ -1,0 +1,293 @@
+"""The int4_kivi KV-cache format: the single source of truth.
+
+Everything that knows how a page is laid out, how a value becomes a 4-bit code and back, and how
+many bytes a token costs lives here. Kernels (Triton, CUDA) and the CPU backend read these
+constants and mirror these functions; the functions below are the PyTorch reference that every
+implementation is tested against.
+
+The scheme (KIVI, in a rotated basis)
+-------------------------------------
+* Rotation. Queries, keys and values of every head are multiplied by one fixed orthogonal
+  matrix R (a Walsh-Hadamard matrix with a fixed sign pattern, divided by sqrt(head_size)) before
+  they are stored or used, and the attention output is multiplied by R^T. q.k and p@V are
+  unchanged (R R^T = I), but outlier channels are spread over all channels, so 4-bit codes lose
+  far less. Attention itself runs entirely in the rotated basis.
+* Keys: per-channel asymmetric int4 (KIVI). For each (block of BLOCK_SIZE tokens, kv head,
+  channel): min and scale over the block's tokens, ``k ~ code * scale + min``, code in 0..15.
+* Values: per-token symmetric int4, one group per (token, kv head) spanning the whole head_dim:
+  ``v ~ (code - 7.5) * scale``. In the rotated basis values are close to zero-mean, so a
+  symmetric grid loses nothing measurable and halves the scale bytes.
+* Scales and mins are fp16 and live inside the page, so vLLM's allocator counts every byte.
+* A block is quantized only when it is full. Until then its tokens stay in the model dtype in a
+  per-request residual slot (see ``s4kv.residual``), so per-channel key statistics always cover a
+  whole block and the most recent tokens are exact.
+
+Which tokens a query sees quantized (the position rule)
+-------------------------------------------------------
+A query at position p sees the tokens of every *complete* block quantized, where complete means
+that the block's last token is at or before p; the tokens after the last complete block are exact.
+In other words: positions j < floor((p + 1) / BLOCK_SIZE) * BLOCK_SIZE are read from pages, the rest
+from exact K/V. The rule depends only on positions, so chunked prefill, prefix-cache hits, preemption
+and plain decode all compute the same function.
+
+Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
+------------------------------------------------------------------------------
+    [ key codes   : BLOCK_SIZE * D/2 bytes ]  token-major; byte i of a token holds the code of
+    [ value codes : BLOCK_SIZE * D/2 bytes ]  channel i in its low nibble and of channel i + D/2
+                                              in its high nibble (so unpacking yields the two
+                                              halves of the head without interleaving)
+    [ value scale : BLOCK_SIZE fp16        ]  one per token
+    [ key scale   : D fp16                 ]  one per channel
+    [ key min     : D fp16                 ]  one per channel
+
+Bytes per token per kv head: D + 2 + 4 * D / BLOCK_SIZE (K and V together).
+    head_dim 128: 128 + 2 + 4 = 134 B  (bf16: 512 B, 3.82x)
+    head_dim  64:  64 + 2 + 2 =  68 B  (bf16: 256 B, 3.76x)
+
+Numerics, precisely (implementations must match)
+------------------------------------------------
+* Inputs are first clamped to the finite fp16 range (+-65504): larger values saturate.
+* Any non-finite input (NaN, +-inf) poisons its quantization group: the group's scale is stored
+  as NaN, so the whole group (a block-channel of keys, a token of values) dequantizes to NaN,
+  just as a NaN in a bf16 cache would poison attention.
+* Keys:   m = fp16_down(min);  s = fp16_up((max - m) / 15);  code = clamp(floor((k - m) * inv + 0.5), 0, 15)
+* Values: s = fp16_up(max|v| / 7.5);                         code = clamp(floor(v * inv + 8), 0, 15)
+  with inv = 1 / s (fp32), or 0 when s == 0. Rounding the scale up and the min down guarantees
+  |x - dequant(x)| <= s / 2 for every element.
+* fp16_up(x) / fp16_down(x): the nearest fp16 at or above / at or below x.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+KV_CACHE_DTYPE = "int4_kivi"
+BLOCK_SIZE = 128
+SUPPORTED_HEAD_SIZES = (64, 128)
+CODE_LEVELS = 15  # codes 0..15
+FP16_MAX = 65504.0
+SCALE_DTYPE = torch.float16
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """Byte offsets inside one (block, kv head) region of a page."""
+
+    head_size: int
+    block_size: int = BLOCK_SIZE
+
+    def __post_init__(self):
+        if self.head_size not in SUPPORTED_HEAD_SIZES:
+            raise ValueError(f"{KV_CACHE_DTYPE} supports head_dim {SUPPORTED_HEAD_SIZES}, not {self.head_size}")
+        if (4 * self.head_size) % self.block_size:
+            raise ValueError("key scales must amortize to whole bytes per token")
+
+    @property
+    def code_bytes_per_token(self) -> int:
+        return self.head_size // 2
+
+    @property
+    def k_codes(self) -> int:
+        return 0
+
+    @property
+    def v_codes(self) -> int:
+        return self.block_size * self.code_bytes_per_token
+
+    @property
+    def v_scale(self) -> int:
+        return 2 * self.block_size * self.code_bytes_per_token
+
+    @property
+    def k_scale(self) -> int:
+        return self.v_scale + 2 * self.block_size
+
+    @property
+    def k_min(self) -> int:
+        return self.k_scale + 2 * self.head_size
+
+    @property
+    def region_bytes(self) -> int:
+        """Bytes of one (block, kv head) region."""
+        return self.k_min + 2 * self.head_size
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes per token per kv head, K and V together (what vLLM sizes pages with)."""
+        assert self.region_bytes % self.block_size == 0
+        return self.region_bytes // self.block_size
+
+
+def bytes_per_token_per_head(head_size: int) -> int:
+    return PageLayout(head_size).bytes_per_token
+
+
+def page_size_bytes(num_kv_heads: int, head_size: int, block_size: int = BLOCK_SIZE) -> int:
+    """Bytes of one page (one block of every kv head of one layer)."""
+    return num_kv_heads * PageLayout(head_size, block_size).region_bytes
+
+
+def density_vs(head_size: int, dtype_bytes: int = 2) -> float:
+    """How many times more tokens fit than with a cache of `dtype_bytes` per element."""
+    return 2 * head_size * dtype_bytes / bytes_per_token_per_head(head_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotation
+
+
+def _sign_pattern(n: int) -> list[float]:
+    # Fixed, platform-independent signs (no RNG whose stream could change between torch versions).
+    digest = b""
+    counter = 0
+    while len(digest) * 8 < n:
+        digest += hashlib.sha256(f"s4kv-rotation-{n}-{counter}".encode()).digest()
+        counter += 1
+    return [1.0 if (digest[i // 8] >> (i % 8)) & 1 else -1.0 for i in range(n)]
+
+
+@lru_cache(maxsize=None)
+def _rotation_cpu(n: int) -> torch.Tensor:
+    if n & (n - 1):
+        raise ValueError(f"rotation needs a power-of-two head size, got {n}")
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    signs = torch.tensor(_sign_pattern(n), dtype=torch.float64)
+    return (signs[:, None] * h / math.sqrt(n)).to(torch.float32)
+
+
+def rotation(head_size: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """The orthogonal matrix R [D, D]: x_rot = x @ R, x = x_rot @ R.T."""
+    return _rotation_cpu(head_size).to(device=device, dtype=dtype)
+
+
+def rotate(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """x [..., D] -> x @ r in fp32, returned in x's dtype."""
+    return (x.float() @ r.float()).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar encoding
+
+
+def fp16_up(x: torch.Tensor) -> torch.Tensor:
+    """Nearest fp16 value >= x (as fp32). NaN stays NaN."""
+    h = x.to(torch.float16)
+    up = torch.nextafter(h, torch.full_like(h, float("inf")))
+    return torch.where(h.float() < x, up, h).float()
+
+
+def fp16_down(x: torch.Tensor) -> torch.Tensor:
+    """Nearest fp16 value <= x (as fp32). NaN stays NaN."""
+    h = x.to(torch.float16)
+    down = torch.nextafter(h, torch.full_like(h, float("-inf")))
+    return torch.where(h.float() > x, down, h).float()
+
+
+def _inverse(scale: torch.Tensor) -> torch.Tensor:
+    return torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, 1.0), torch.zeros_like(scale))
+
+
+def _saturate(x: torch.Tensor):
+    x = x.float()
+    nonfinite = ~torch.isfinite(x)
+    return x.clamp(-FP16_MAX, FP16_MAX).nan_to_num(0.0), nonfinite
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys: per-channel over the tokens of a block
+
+
+def quantize_keys(k: torch.Tensor):
+    """k [..., T, D] (one block of T tokens) -> codes uint8 [..., T, D], scale, min fp32 [..., D]."""
+    x, bad = _saturate(k)
+    mn = fp16_down(x.amin(dim=-2))
+    scale = fp16_up((x.amax(dim=-2) - mn) / CODE_LEVELS)
+    scale = torch.where(bad.any(dim=-2), torch.full_like(scale, float("nan")), scale)
+    inv = _inverse(scale).unsqueeze(-2)
+    codes = torch.floor((x - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, CODE_LEVELS)
+    return codes.to(torch.uint8), scale, mn
+
+
+def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor) -> torch.Tensor:
+    return codes.float() * scale.unsqueeze(-2) + mn.unsqueeze(-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: per token, symmetric, one group per (token, head)
+
+
+def quantize_values(v: torch.Tensor):
+    """v [..., D] -> codes uint8 [..., D], scale fp32 [...]."""
+    x, bad = _saturate(v)
+    scale = fp16_up(x.abs().amax(dim=-1) / 7.5)
+    scale = torch.where(bad.any(dim=-1), torch.full_like(scale, float("nan")), scale)
+    codes = torch.floor(x * _inverse(scale).unsqueeze(-1) + 8.0).clamp(0, CODE_LEVELS)
+    return codes.to(torch.uint8), scale
+
+
+def dequantize_values(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return (codes.float() - 7.5) * scale.unsqueeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Nibble packing: byte i = code[i] | code[i + D/2] << 4
+
+
+def pack_codes(codes: torch.Tensor) -> torch.Tensor:
+    half = codes.shape[-1] // 2
+    return codes[..., :half] | (codes[..., half:] << 4)
+
+
+def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
+    return torch.cat([packed & 0xF, packed >> 4], dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole pages
+
+
+def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Quantize full blocks. k, v [..., BLOCK_SIZE, D] (rotated) -> regions uint8 [..., region_bytes]."""
+    *lead, t, d = k.shape
+    lay = PageLayout(d, t)
+    kc, ks, km = quantize_keys(k)
+    vc, vs = quantize_values(v)
+    parts = [
+        pack_codes(kc).reshape(*lead, -1),
+        pack_codes(vc).reshape(*lead, -1),
+        vs.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
+        ks.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
+        km.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
+    ]
+    out = torch.cat(parts, dim=-1)
+    assert out.shape[-1] == lay.region_bytes
+    return out
+
+
+def decode_blocks(regions: torch.Tensor, head_size: int, block_size: int = BLOCK_SIZE):
+    """regions uint8 [..., region_bytes] -> k, v fp32 [..., block_size, head_size] (rotated basis)."""
+    lay = PageLayout(head_size, block_size)
+    *lead, nbytes = regions.shape
+    assert nbytes == lay.region_bytes, (nbytes, lay.region_bytes)
+    t, half = block_size, head_size // 2
+
+    def f16(off, n):
+        return regions[..., off:off + 2 * n].contiguous().view(SCALE_DTYPE).float()
+
+    kc = unpack_codes(regions[..., lay.k_codes:lay.v_codes].reshape(*lead, t, half))
+    vc = unpack_codes(regions[..., lay.v_codes:lay.v_scale].reshape(*lead, t, half))
+    k = dequantize_keys(kc, f16(lay.k_scale, head_size), f16(lay.k_min, head_size))
+    v = dequantize_values(vc, f16(lay.v_scale, t))
+    return k, v
+
+
+def fake_quantize_blocks(k: torch.Tensor, v: torch.Tensor):
+    """What a full block reads back as after encode/decode: k, v [..., T, D] -> fp32."""
+    return decode_blocks(encode_blocks(k, v), k.shape[-1], k.shape[-2])
