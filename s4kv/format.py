@@ -17,6 +17,10 @@ The scheme (KIVI, in a rotated basis)
 * Values: per-token symmetric int4, one group per (token, kv head) spanning the whole head_dim:
   ``v ~ (code - 7.5) * scale``. In the rotated basis values are close to zero-mean, so a
   symmetric grid loses nothing measurable and halves the scale bytes.
+* The first token of every block keeps its key exact (16-bit) and is left out of the block's
+  per-channel key statistics. For block 0 that token is the attention sink, which nearly every
+  query attends to: quantizing its key costs more than all other tokens together, and its outlier
+  channels would also widen every channel's range for the rest of the block.
 * Scales and mins are fp16 and live inside the page, so vLLM's allocator counts every byte.
 * A block is quantized only when it is full. Until then its tokens stay in the model dtype in a
   per-request residual slot (see ``s4kv.residual``), so per-channel key statistics always cover a
@@ -39,10 +43,12 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
     [ value scale : BLOCK_SIZE fp16        ]  one per token
     [ key scale   : D fp16                 ]  one per channel
     [ key min     : D fp16                 ]  one per channel
+    [ first key   : D x 16-bit             ]  exact key of the block's first token: the model
+                                              dtype for fp16/bf16 models, bf16 for fp32 models
 
-Bytes per token per kv head: D + 2 + 4 * D / BLOCK_SIZE (K and V together).
-    head_dim 128: 128 + 2 + 4 = 134 B  (bf16: 512 B, 3.82x)
-    head_dim  64:  64 + 2 + 2 =  68 B  (bf16: 256 B, 3.76x)
+Bytes per token per kv head: D + 2 + 6 * D / BLOCK_SIZE (K and V together).
+    head_dim 128: 128 + 2 + 6 = 136 B  (bf16: 512 B, 3.76x)
+    head_dim  64:  64 + 2 + 3 =  69 B  (bf16: 256 B, 3.71x)
 
 Numerics, precisely (implementations must match)
 ------------------------------------------------
@@ -51,6 +57,7 @@ Numerics, precisely (implementations must match)
   as NaN, so the whole group (a block-channel of keys, a token of values) dequantizes to NaN,
   just as a NaN in a bf16 cache would poison attention.
 * Keys:   m = fp16_down(min);  s = fp16_up((max - m) / 15);  code = clamp(floor((k - m) * inv + 0.5), 0, 15)
+          min and max over tokens 1..BLOCK_SIZE-1 of the block (token 0 is stored exact).
 * Values: s = fp16_up(max|v| / 7.5);                         code = clamp(floor(v * inv + 8), 0, 15)
   with inv = 1 / s (fp32), or 0 when s == 0. Rounding the scale up and the min down guarantees
   |x - dequant(x)| <= s / 2 for every element.
@@ -84,7 +91,7 @@ class PageLayout:
     def __post_init__(self):
         if self.head_size not in SUPPORTED_HEAD_SIZES:
             raise ValueError(f"{KV_CACHE_DTYPE} supports head_dim {SUPPORTED_HEAD_SIZES}, not {self.head_size}")
-        if (4 * self.head_size) % self.block_size:
+        if (6 * self.head_size) % self.block_size:
             raise ValueError("key scales must amortize to whole bytes per token")
 
     @property
@@ -112,9 +119,13 @@ class PageLayout:
         return self.k_scale + 2 * self.head_size
 
     @property
+    def first_key(self) -> int:
+        return self.k_min + 2 * self.head_size
+
+    @property
     def region_bytes(self) -> int:
         """Bytes of one (block, kv head) region."""
-        return self.k_min + 2 * self.head_size
+        return self.first_key + 2 * self.head_size
 
     @property
     def bytes_per_token(self) -> int:
@@ -205,10 +216,14 @@ def _saturate(x: torch.Tensor):
 
 
 def quantize_keys(k: torch.Tensor):
-    """k [..., T, D] (one block of T tokens) -> codes uint8 [..., T, D], scale, min fp32 [..., D]."""
+    """k [..., T, D] (one block of T tokens) -> codes uint8 [..., T, D], scale, min fp32 [..., D].
+
+    Statistics cover tokens 1..T-1; token 0 is stored exact (its codes are clamped and unused).
+    """
     x, bad = _saturate(k)
-    mn = fp16_down(x.amin(dim=-2))
-    scale = fp16_up((x.amax(dim=-2) - mn) / CODE_LEVELS)
+    stats, bad = x[..., 1:, :], bad[..., 1:, :]
+    mn = fp16_down(stats.amin(dim=-2))
+    scale = fp16_up((stats.amax(dim=-2) - mn) / CODE_LEVELS)
     scale = torch.where(bad.any(dim=-2), torch.full_like(scale, float("nan")), scale)
     inv = _inverse(scale).unsqueeze(-2)
     codes = torch.floor((x - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, CODE_LEVELS)
@@ -253,25 +268,38 @@ def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
 # Whole pages
 
 
+def first_key_dtype(model_dtype: torch.dtype) -> torch.dtype:
+    """16-bit dtype of the exact first key: the model's own, bf16 for fp32 models."""
+    return model_dtype if model_dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+
+
 def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Quantize full blocks. k, v [..., BLOCK_SIZE, D] (rotated) -> regions uint8 [..., region_bytes]."""
+    """Quantize full blocks. k, v [..., BLOCK_SIZE, D] (rotated, model dtype) -> regions uint8
+    [..., region_bytes]."""
     *lead, t, d = k.shape
     lay = PageLayout(d, t)
     kc, ks, km = quantize_keys(k)
     vc, vs = quantize_values(v)
+    n = len(lead)
+
+    def as_bytes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return x.to(dtype).contiguous().view(torch.uint8).flatten(n)
+
     parts = [
-        pack_codes(kc).reshape(*lead, -1),
-        pack_codes(vc).reshape(*lead, -1),
-        vs.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
-        ks.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
-        km.to(SCALE_DTYPE).contiguous().view(torch.uint8).reshape(*lead, -1),
+        pack_codes(kc).flatten(n),
+        pack_codes(vc).flatten(n),
+        as_bytes(vs, SCALE_DTYPE),
+        as_bytes(ks, SCALE_DTYPE),
+        as_bytes(km, SCALE_DTYPE),
+        as_bytes(k[..., 0, :], first_key_dtype(k.dtype)),
     ]
     out = torch.cat(parts, dim=-1)
     assert out.shape[-1] == lay.region_bytes
     return out
 
 
-def decode_blocks(regions: torch.Tensor, head_size: int, block_size: int = BLOCK_SIZE):
+def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtype,
+                  block_size: int = BLOCK_SIZE):
     """regions uint8 [..., region_bytes] -> k, v fp32 [..., block_size, head_size] (rotated basis)."""
     lay = PageLayout(head_size, block_size)
     *lead, nbytes = regions.shape
@@ -284,10 +312,12 @@ def decode_blocks(regions: torch.Tensor, head_size: int, block_size: int = BLOCK
     kc = unpack_codes(regions[..., lay.k_codes:lay.v_codes].reshape(*lead, t, half))
     vc = unpack_codes(regions[..., lay.v_codes:lay.v_scale].reshape(*lead, t, half))
     k = dequantize_keys(kc, f16(lay.k_scale, head_size), f16(lay.k_min, head_size))
+    first = regions[..., lay.first_key:lay.region_bytes].contiguous().view(first_key_dtype(model_dtype))
+    k[..., 0, :] = first.float()
     v = dequantize_values(vc, f16(lay.v_scale, t))
     return k, v
 
 
 def fake_quantize_blocks(k: torch.Tensor, v: torch.Tensor):
     """What a full block reads back as after encode/decode: k, v [..., T, D] -> fp32."""
-    return decode_blocks(encode_blocks(k, v), k.shape[-1], k.shape[-2])
+    return decode_blocks(encode_blocks(k, v), k.shape[-1], k.dtype, k.shape[-2])

@@ -1,0 +1,96 @@
+"""The int4_kivi attention impl: rotation, residual slots, and dispatch to the store + attention ops."""
+
+from __future__ import annotations
+
+import torch
+from vllm.logger import init_logger
+from vllm.v1.attention.backend import AttentionImpl, AttentionType
+
+from s4kv import format as fmt
+from s4kv import residual
+from s4kv.validation import UnsupportedModelError
+
+logger = init_logger(__name__)
+
+
+class S4KVAttentionImpl(AttentionImpl):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 alibi_slopes, sliding_window, kv_cache_dtype: str, logits_soft_cap=None,
+                 attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name=None,
+                 **extra_impl_args) -> None:
+        # Last line of defence: what only a layer knows (the config-level checks ran at startup).
+        reasons = []
+        if alibi_slopes is not None:
+            reasons.append("ALiBi")
+        if sliding_window is not None:
+            reasons.append(f"sliding-window attention (window {sliding_window})")
+        if logits_soft_cap:
+            reasons.append("attention logit soft-capping")
+        if extra_impl_args.get("sinks") is not None:
+            reasons.append("learned attention-sink parameters")
+        if attn_type != AttentionType.DECODER:
+            reasons.append(f"attention type {attn_type}")
+        if kv_sharing_target_layer_name is not None:
+            reasons.append("cross-layer KV-cache sharing")
+        if head_size not in fmt.SUPPORTED_HEAD_SIZES:
+            reasons.append(f"head_dim={head_size}")
+        if reasons:
+            raise UnsupportedModelError(
+                f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} does not support this layer: " + "; ".join(reasons))
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = None
+        from vllm.config import get_current_vllm_config
+
+        # One slot per schedulable request plus the scratch slot (see s4kv.residual).
+        max_num_seqs = get_current_vllm_config().scheduler_config.max_num_seqs
+        self.num_slots = max_num_seqs + 1
+        residual.slot_table(max_num_seqs)  # created here, where the engine config is known
+        self.residual: torch.Tensor | None = None
+        self._rotation: torch.Tensor | None = None
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        # Allocated while the model loads, so vLLM's memory profiling counts it before it sizes the
+        # KV cache (the residual is the only memory the block allocator does not manage itself).
+        self._allocate(act_dtype, _current_device())
+
+    def _allocate(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.residual = torch.zeros(self.num_slots, 2, self.num_kv_heads, fmt.BLOCK_SIZE, self.head_size,
+                                    dtype=dtype, device=device)
+        self._rotation = fmt.rotation(self.head_size, device=device)
+
+    def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                kv_cache: torch.Tensor, attn_metadata, output: torch.Tensor,
+                output_scale=None, output_block_scale=None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("int4_kivi does not fuse output quantization")
+        if attn_metadata is None:  # profiling / warm-up without metadata
+            return output
+        if self.residual is None or self.residual.device != query.device:
+            logger.warning_once("int4_kivi residual slots allocated at first use (not profiled)")
+            self._allocate(query.dtype, query.device)
+        n = attn_metadata.num_actual_tokens
+        out = output.view(-1, self.num_heads, self.head_size)
+        r = self._rotation
+        q_rot = query[:n].view(n, self.num_heads, self.head_size).float() @ r
+        k_rot = fmt.rotate(key[:n].view(n, self.num_kv_heads, self.head_size), r)
+        v_rot = fmt.rotate(value[:n].view(n, self.num_kv_heads, self.head_size), r)
+        regions = kv_cache.flatten(2)  # [num_blocks, Hkv, region_bytes]; each region contiguous
+        out_rot = torch.empty_like(q_rot)
+        from s4kv.backend import torch_ops
+
+        torch_ops.forward(q_rot, k_rot, v_rot, regions, self.residual, attn_metadata, self.scale, out_rot)
+        out[:n] = (out_rot @ r.T).to(out.dtype)
+        return output
+
+
+def _current_device() -> torch.device:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(current_platform.device_type)

@@ -1,0 +1,145 @@
+"""The int4_kivi format: sizes, round trips against analytic error bounds, edge cases."""
+
+import math
+
+import pytest
+import torch
+
+from s4kv import format as fmt
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def test_bytes_per_token_and_density():
+    # head_dim 128: 64 + 64 codes + 2 value scale + (2+2+2)*128/128 key scale/min/first key
+    assert fmt.bytes_per_token_per_head(128) == 136
+    assert fmt.bytes_per_token_per_head(64) == 69
+    assert fmt.density_vs(128) == pytest.approx(512 / 136)
+    assert fmt.density_vs(128) >= 3.76
+    assert fmt.page_size_bytes(num_kv_heads=4, head_size=128) == 4 * 128 * 136
+    lay = fmt.PageLayout(128)
+    offsets = [lay.k_codes, lay.v_codes, lay.v_scale, lay.k_scale, lay.k_min, lay.first_key, lay.region_bytes]
+    assert offsets == sorted(offsets) and all(o % 2 == 0 for o in offsets)  # fp16 fields aligned
+
+
+def test_unsupported_head_size_is_refused():
+    with pytest.raises(ValueError, match="head_dim"):
+        fmt.PageLayout(96)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_rotation_is_orthogonal_and_fixed(d):
+    r = fmt.rotation(d)
+    assert torch.allclose(r @ r.T, torch.eye(d), atol=1e-6)
+    # Entries are +-1/sqrt(d): a Hadamard matrix with a sign pattern, the same on every machine.
+    assert torch.allclose(r.abs(), torch.full((d, d), 1 / math.sqrt(d)))
+    assert fmt._sign_pattern(d) == fmt._sign_pattern(d)
+    assert sum(fmt._sign_pattern(d)) not in (d, -d)
+
+
+def test_fp16_rounding_directions():
+    x = torch.tensor([0.1, -0.1, 1 / 3, 65504.0, 1e-8, 0.0])
+    up, down = fmt.fp16_up(x), fmt.fp16_down(x)
+    assert torch.all(up >= x) and torch.all(down <= x)
+    assert torch.all(up.to(torch.float16).float() == up) and torch.all(down.to(torch.float16).float() == down)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_key_round_trip_within_half_step(dtype, d):
+    g = torch.Generator().manual_seed(0)
+    k = (torch.randn(5, 3, 128, d, generator=g) * torch.rand(d, generator=g) * 4 + 1).to(dtype)
+    codes, scale, mn = fmt.quantize_keys(k)
+    assert codes.max() <= 15
+    deq = fmt.dequantize_keys(codes, scale, mn)
+    err = (deq - k.float()).abs()[..., 1:, :]  # token 0 is stored exact by the page
+    bound = scale.unsqueeze(-2) / 2 + 1e-6 * k.float().abs().amax()
+    assert torch.all(err <= bound)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_value_round_trip_within_half_step(dtype):
+    g = torch.Generator().manual_seed(1)
+    v = (torch.randn(7, 4, 128, generator=g) * 3).to(dtype)
+    codes, scale = fmt.quantize_values(v)
+    deq = fmt.dequantize_values(codes, scale)
+    assert torch.all((deq - v.float()).abs() <= scale.unsqueeze(-1) / 2 + 1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_page_round_trip(dtype, d):
+    g = torch.Generator().manual_seed(2)
+    k = torch.randn(2, 3, 128, d, generator=g).to(dtype)
+    v = torch.randn(2, 3, 128, d, generator=g).to(dtype)
+    regions = fmt.encode_blocks(k, v)
+    assert regions.dtype == torch.uint8 and regions.shape == (2, 3, fmt.PageLayout(d).region_bytes)
+    kq, vq = fmt.decode_blocks(regions, d, dtype)
+    kc, ks, km = fmt.quantize_keys(k)
+    vc, vs = fmt.quantize_values(v)
+    expect_k = fmt.dequantize_keys(kc, ks.half().float(), km.half().float())
+    expect_k[..., 0, :] = k[..., 0, :].to(fmt.first_key_dtype(dtype)).float()
+    assert torch.equal(kq, expect_k)
+    assert torch.equal(vq, fmt.dequantize_values(vc, vs.half().float()))
+
+
+def test_constant_channel_is_reproduced():
+    k = torch.full((1, 1, 128, 64), 3.0)
+    k[..., 5] = -1.25  # another constant channel
+    v = torch.full((1, 1, 128, 64), 0.0)
+    kq, vq = fmt.fake_quantize_blocks(k, v)
+    assert torch.allclose(kq, k, atol=3e-3)  # fp16 grid at 3.0 is 2e-3
+    assert torch.equal(vq, v)  # zero range: scale 0, exact
+
+
+def test_outlier_channel_does_not_degrade_other_channels():
+    # Per-channel keys: one huge channel keeps its own scale; the others stay fine.
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(1, 1, 128, 128, generator=g)
+    k[..., 7] *= 1000
+    codes, scale, mn = fmt.quantize_keys(k)
+    err = (fmt.dequantize_keys(codes, scale, mn) - k).abs()[..., 1:, :]
+    others = torch.ones(128, dtype=torch.bool)
+    others[7] = False
+    assert err[..., others].max() < 0.5  # unaffected: ~range/30
+    assert err[..., 7].max() <= scale[..., 7].max() / 2 + 1e-3
+
+
+def test_values_beyond_fp16_saturate():
+    v = torch.tensor([[1e6, -2e5, 1.0, 0.0]], dtype=torch.float32)
+    codes, scale = fmt.quantize_values(v)
+    deq = fmt.dequantize_values(codes, scale)
+    assert torch.isfinite(deq).all()
+    assert deq[0, 0] == pytest.approx(65504, rel=0.07) and deq[0, 1] == pytest.approx(-65504, rel=0.07)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_poisons_its_group_only(bad):
+    g = torch.Generator().manual_seed(4)
+    k = torch.randn(1, 1, 128, 64, generator=g)
+    v = torch.randn(1, 1, 128, 64, generator=g)
+    k[0, 0, 10, 3] = bad  # key group = (block, channel 3)
+    v[0, 0, 20, 5] = bad  # value group = token 20
+    kq, vq = fmt.fake_quantize_blocks(k, v)
+    assert torch.isnan(kq[0, 0, 1:, 3]).all()
+    others = torch.ones(64, dtype=torch.bool)
+    others[3] = False
+    assert torch.isfinite(kq[0, 0][:, others]).all()
+    assert torch.isnan(vq[0, 0, 20]).all()
+    assert torch.isfinite(vq[0, 0, :20]).all() and torch.isfinite(vq[0, 0, 21:]).all()
+
+
+def test_non_finite_first_token_stays_exact_and_out_of_statistics():
+    k = torch.randn(1, 1, 128, 64)
+    k[0, 0, 0, 0] = float("nan")
+    kq, _ = fmt.fake_quantize_blocks(k, torch.randn(1, 1, 128, 64))
+    assert torch.isnan(kq[0, 0, 0, 0])
+    assert torch.isfinite(kq[0, 0, 1:]).all()
+
+
+def test_nibble_packing_layout():
+    codes = torch.arange(16, dtype=torch.uint8).repeat(2).reshape(1, 32)
+    packed = fmt.pack_codes(codes)
+    assert packed.shape == (1, 16)
+    assert packed[0, 0] == codes[0, 0] | (codes[0, 16] << 4)
+    assert torch.equal(fmt.unpack_codes(packed), codes)
