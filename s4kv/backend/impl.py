@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from vllm.logger import init_logger
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
@@ -62,6 +64,12 @@ class S4KVAttentionImpl(AttentionImpl):
         self.residual = torch.zeros(self.num_slots, 2, self.num_kv_heads, fmt.BLOCK_SIZE, self.head_size,
                                     dtype=dtype, device=device)
         self._rotation = fmt.rotation(self.head_size, device=device)
+        self._ops = _select_ops(device)
+        if device.type == "cuda":
+            from s4kv.kernels.decode import DecodeWorkspace
+
+            DecodeWorkspace.reserve(self.num_slots - 1, self.num_heads, self.head_size, self.num_kv_heads,
+                                    num_sms(device), device)
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata, output: torch.Tensor,
@@ -81,11 +89,27 @@ class S4KVAttentionImpl(AttentionImpl):
         v_rot = fmt.rotate(value[:n].view(n, self.num_kv_heads, self.head_size), r)
         regions = kv_cache.flatten(2)  # [num_blocks, Hkv, region_bytes]; each region contiguous
         out_rot = torch.empty_like(q_rot)
-        from s4kv.backend import torch_ops
-
-        torch_ops.forward(q_rot, k_rot, v_rot, regions, self.residual, attn_metadata, self.scale, out_rot)
+        self._ops.forward(q_rot, k_rot, v_rot, regions, self.residual, attn_metadata, self.scale, out_rot)
         out[:n] = (out_rot @ r.T).to(out.dtype)
         return output
+
+
+def _select_ops(device: torch.device):
+    """Triton kernels on CUDA, PyTorch elsewhere; S4KV_OPS=torch|triton overrides (debugging)."""
+    choice = os.environ.get("S4KV_OPS") or ("triton" if device.type == "cuda" else "torch")
+    if choice == "triton":
+        from s4kv.backend import triton_ops
+
+        return triton_ops
+    from s4kv.backend import torch_ops
+
+    return torch_ops
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
 
 
 def _current_device() -> torch.device:

@@ -31,6 +31,32 @@ class S4KVMetadata:
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
     slots_cpu: torch.Tensor
+    # Launch shapes, from the host copies (constant for a captured decode graph).
+    num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
+    max_new_blocks: int = 0  # most blocks any row completes in this step
+    decode_splits: int = 1  # KV splits per decode row and kv head
+
+
+def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decode: bool = False) -> S4KVMetadata:
+    """Fill the launch shapes of ``md`` from its host copies.
+
+    ``uniform_decode``: every row is a single-token decode (the shape of a captured CUDA graph),
+    so the values must not depend on the data of this particular batch.
+    """
+    from s4kv.kernels.decode import num_splits
+
+    n = md.num_reqs
+    qlens = (md.query_start_loc_cpu[1:n + 1] - md.query_start_loc_cpu[:n])
+    if uniform_decode:
+        md.num_decodes, md.max_new_blocks = n, 1
+    else:
+        not_decode = (qlens != 1).nonzero()
+        md.num_decodes = int(not_decode[0]) if len(not_decode) else n
+        seq = md.seq_lens_cpu[:n]
+        ctx = seq - qlens
+        md.max_new_blocks = int((seq // fmt.BLOCK_SIZE - ctx // fmt.BLOCK_SIZE).max()) if n else 0
+    md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
+    return md
 
 
 class V2Slots:
@@ -61,6 +87,10 @@ class S4KVMetadataBuilder(AttentionMetadataBuilder):
             raise ValueError(f"int4_kivi needs block_size {fmt.BLOCK_SIZE}, the KV cache spec has "
                              f"{self.block_size}")
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
+        self.num_kv_heads = kv_cache_spec.num_kv_heads
+        from s4kv.backend.impl import num_sms
+
+        self.num_sms = num_sms(torch.device(device))
         self.scratch = self.max_num_reqs
         # Persistent so a captured CUDA graph always reads the current slots.
         self._slots = torch.full((self.max_num_reqs,), self.scratch, dtype=torch.int32, device=device)
@@ -94,7 +124,7 @@ class S4KVMetadataBuilder(AttentionMetadataBuilder):
         seq_lens_cpu = cam.seq_lens_cpu_upper_bound
         if seq_lens_cpu is None:
             seq_lens_cpu = cam.seq_lens.cpu()
-        return S4KVMetadata(
+        md = S4KVMetadata(
             num_reqs=n,
             num_actual_tokens=cam.num_actual_tokens,
             max_query_len=cam.max_query_len,
@@ -107,6 +137,11 @@ class S4KVMetadataBuilder(AttentionMetadataBuilder):
             seq_lens_cpu=seq_lens_cpu[:n],
             slots_cpu=slots_cpu,
         )
+        return plan_launch(md, self.num_kv_heads, self.num_sms, uniform_decode=self._uniform_decode(cam))
+
+    @staticmethod
+    def _uniform_decode(cam) -> bool:
+        return cam.max_query_len == 1
 
     def build_for_cudagraph_capture(self, common_attn_metadata) -> S4KVMetadata:
         # Capture runs are dummies: every row reads and writes the scratch slot.

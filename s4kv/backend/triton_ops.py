@@ -1,0 +1,24 @@
+"""The int4_kivi store + attention with the Triton kernels (the CUDA implementation).
+
+Same contract as ``s4kv.backend.torch_ops.forward``; the phases are separate launches:
+store completed blocks -> decode rows (split-KV) -> chunk rows -> append tails.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from s4kv.kernels.decode import decode_attention
+from s4kv.kernels.prefill import prefill_attention
+from s4kv.kernels.store import append_tail, store_blocks
+
+
+def forward(q_rot: torch.Tensor, k_rot: torch.Tensor, v_rot: torch.Tensor, regions: torch.Tensor,
+            res: torch.Tensor, md, scale: float, out_rot: torch.Tensor, store: bool = True) -> None:
+    q = q_rot.to(k_rot.dtype)
+    if store:
+        store_blocks(k_rot, v_rot, res, regions, md, md.max_new_blocks)
+    decode_attention(q, k_rot, v_rot, res, regions, md, md.num_decodes, scale, out_rot, md.decode_splits)
+    prefill_attention(q, k_rot, v_rot, res, regions, md, md.num_decodes, scale, out_rot)
+    if store:
+        append_tail(k_rot, v_rot, res, md)

@@ -1,0 +1,26 @@
+"""Triton kernels of the int4_kivi cache (CUDA; also run under TRITON_INTERPRET=1 on CPU in tests).
+
+* ``store``: quantize completed blocks into pages; write incomplete tails into residual slots.
+* ``decode``: split-KV decode attention over pages + exact tail, and the split reduction.
+* ``prefill``: attention of query chunks (prefill, chunked prefill, prefix-cache extends).
+* ``quant``: scalar helpers mirroring ``s4kv.format``.
+"""
+
+import os
+
+import torch
+import triton.language as tl
+
+_TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def tl_dtype(dtype: torch.dtype):
+    return _TL[dtype]
+
+
+def dot_dtype(dtype: torch.dtype):
+    """Operand dtype of tl.dot for a model dtype. Triton's interpreter (3.9) computes bf16 dots
+    wrongly, so interpreted runs use fp32 operands (the kernels' logic is what CPU tests check)."""
+    if os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16:
+        return tl.float32
+    return _TL[dtype]

@@ -1,0 +1,240 @@
+"""Triton decode attention over int4_kivi pages (split-KV, GQA-packed) and its reduction.
+
+One program handles one (decode row, kv head, split): it walks its share of the row's quantized
+pages, loading each page once for all query heads of the kv head, and the last split also attends
+to the exact tail (the residual slot plus this step's token). Scores and values are computed
+without dequantizing tiles: per-channel key scales are folded into the query
+(q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into the probabilities
+(p @ ((c - 7.5) * s) = (p * s) @ c - 7.5 * sum(p * s)), so the inner products run on the raw
+4-bit codes. A second kernel merges the splits (log-sum-exp).
+
+Graph-safe: the grid depends only on the batch size; which pages a split covers is computed from
+the sequence lengths on the device.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from s4kv import format as fmt
+from s4kv.kernels import dot_dtype, tl_dtype
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, stride_qt, stride_qh,  # rotated queries [T, Hq, D] (model dtype), decode rows first
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's rotated K/V
+    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
+    cache_ptr, stride_cb, stride_ch,
+    qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
+    part_o_ptr, part_ml_ptr,  # [R, Hq, SPLITS, D] fp32, [R, Hq, SPLITS, 2] fp32
+    sm_scale,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr,
+    BS: tl.constexpr, HALF: tl.constexpr,
+    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    split = tl.program_id(2)
+    g = tl.arange(0, G_PAD)
+    c = tl.arange(0, HALF)
+    t = tl.arange(0, BS)
+    g_ok = g < GROUP
+    hq = h * GROUP + g
+    part_base = (row * (GROUP * tl.num_programs(1)) + hq) * SPLITS + split
+
+    q_start = tl.load(qsl_ptr + row)
+    qlen = tl.load(qsl_ptr + row + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + row)
+    p = seq_len - 1  # the query's position
+    n_pages = (p + 1) // BS  # complete blocks: read quantized
+    per_split = tl.cdiv(n_pages, SPLITS)
+    page_lo = split * per_split
+    page_hi = tl.minimum(page_lo + per_split, n_pages)
+    is_last = split == SPLITS - 1
+
+    m_i = tl.full([G_PAD], -float("inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc_lo = tl.zeros([G_PAD, HALF], tl.float32)
+    acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
+
+    if qlen == 1:
+        qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
+        scale = sm_scale * 1.4426950408889634  # exp2 domain
+        q_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32) * scale
+        q_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32) * scale
+        for page in range(page_lo, page_hi):
+            block_id = tl.load(block_table_ptr + row * stride_bt + page).to(tl.int64)
+            region = cache_ptr + block_id * stride_cb + h * stride_ch
+            ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
+            km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
+            fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
+            ks_lo = tl.load(ks_ptr + c).to(tl.float32)
+            ks_hi = tl.load(ks_ptr + HALF + c).to(tl.float32)
+            km_lo = tl.load(km_ptr + c).to(tl.float32)
+            km_hi = tl.load(km_ptr + HALF + c).to(tl.float32)
+            kc = tl.load(region + t[:, None] * HALF + c[None, :])  # [BS, HALF] packed
+            kc_lo = (kc & 0xF).to(DOT_DTYPE)
+            kc_hi = (kc >> 4).to(DOT_DTYPE)
+            s = tl.dot((q_lo * ks_lo[None, :]).to(DOT_DTYPE), tl.trans(kc_lo))
+            s += tl.dot((q_hi * ks_hi[None, :]).to(DOT_DTYPE), tl.trans(kc_hi))
+            s += (tl.sum(q_lo * km_lo[None, :], axis=1) + tl.sum(q_hi * km_hi[None, :], axis=1))[:, None]
+            # the block's first token: exact key
+            fk_lo = tl.load(fk_ptr + c).to(tl.float32)
+            fk_hi = tl.load(fk_ptr + HALF + c).to(tl.float32)
+            s0 = tl.sum(q_lo * fk_lo[None, :], axis=1) + tl.sum(q_hi * fk_hi[None, :], axis=1)
+            s = tl.where(t[None, :] == 0, s0[:, None], s)
+
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            pr = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(pr, axis=1)
+            vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)
+            pv = pr * vs[None, :]
+            vc = tl.load(region + V_CODES + t[:, None] * HALF + c[None, :])
+            corr = 7.5 * tl.sum(pv, axis=1)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc & 0xF).to(DOT_DTYPE)) - corr[:, None]
+            acc_hi = acc_hi * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc >> 4).to(DOT_DTYPE)) - corr[:, None]
+            m_i = m_new
+
+        if is_last:
+            # exact tail: residual positions n_pages*BS .. p-1, then this step's token at p
+            tail = p - n_pages * BS  # residual tokens before p (-1: the block just completed)
+            slot = tl.load(slots_ptr + row)
+            rk = res_ptr + slot * stride_rs + h * stride_rh + t[:, None] * stride_rt
+            rmask = (t < tail)[:, None]
+            rk_lo = tl.load(rk + c[None, :], mask=rmask, other=0.0).to(tl.float32)
+            rk_hi = tl.load(rk + HALF + c[None, :], mask=rmask, other=0.0).to(tl.float32)
+            s = tl.dot(q_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
+            s += tl.dot(q_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)))
+            s = tl.where((t < tail)[None, :], s, -float("inf"))
+            # this step's token (exact unless it completed its block, then it is in a page)
+            has_new = tail >= 0
+            nk = k_ptr + q_start * stride_kt + h * stride_kh
+            nk_lo = tl.load(nk + c).to(tl.float32)
+            nk_hi = tl.load(nk + HALF + c).to(tl.float32)
+            s_new = tl.sum(q_lo * nk_lo[None, :], axis=1) + tl.sum(q_hi * nk_hi[None, :], axis=1)
+            s_new = tl.where(has_new, s_new, -float("inf"))
+
+            m_new = tl.maximum(tl.maximum(m_i, tl.max(s, axis=1)), s_new)
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_safe)
+            pr = tl.exp2(s - m_safe[:, None])
+            p_new = tl.exp2(s_new - m_safe)
+            l_i = l_i * alpha + tl.sum(pr, axis=1) + p_new
+            rv = rk + stride_rkv
+            rv_lo = tl.load(rv + c[None, :], mask=rmask, other=0.0)
+            rv_hi = tl.load(rv + HALF + c[None, :], mask=rmask, other=0.0)
+            nv = v_ptr + q_start * stride_vt + h * stride_vh
+            nv_lo = tl.load(nv + c).to(tl.float32)
+            nv_hi = tl.load(nv + HALF + c).to(tl.float32)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) \
+                + p_new[:, None] * nv_lo[None, :]
+            acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) \
+                + p_new[:, None] * nv_hi[None, :]
+            m_i = m_new
+
+    o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
+    tl.store(o_ptr + c[None, :], acc_lo, mask=g_ok[:, None])
+    tl.store(o_ptr + HALF + c[None, :], acc_hi, mask=g_ok[:, None])
+    tl.store(part_ml_ptr + part_base * 2, m_i, mask=g_ok)
+    tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
+
+
+@triton.jit
+def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr,
+                   SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr):
+    row = tl.program_id(0)
+    hq = tl.program_id(1)
+    num_hq = tl.num_programs(1)
+    q_start = tl.load(qsl_ptr + row)
+    if tl.load(qsl_ptr + row + 1) - q_start != 1:
+        return
+    sp = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, D)
+    base = (row * num_hq + hq) * SPLITS
+    ok = sp < SPLITS
+    m = tl.load(part_ml_ptr + (base + sp) * 2, mask=ok, other=-float("inf"))
+    l = tl.load(part_ml_ptr + (base + sp) * 2 + 1, mask=ok, other=0.0)
+    m_all = tl.max(m, axis=0)
+    w = tl.where(m == -float("inf"), 0.0, tl.exp2(m - m_all))
+    o = tl.load(part_o_ptr + (base + sp)[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+    out = tl.sum(o * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    tl.store(out_ptr + q_start * stride_ot + hq * stride_oh + d, out)
+
+
+def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int = 32) -> int:
+    """Enough programs to fill the GPU ~4x, from the batch shape only (graph-safe)."""
+    return max(1, min(max_splits, math.ceil(4 * num_sms / max(1, num_rows * num_kv_heads))))
+
+
+class DecodeWorkspace:
+    """Split partials, reserved once per process while the model loads (so vLLM's memory profiling
+    counts them) and never reallocated (captured CUDA graphs keep reading the same addresses)."""
+
+    _buffers: dict = {}
+    _reserved: set = set()
+
+    @staticmethod
+    def capacity(max_rows: int, num_kv_heads: int, num_sms: int) -> int:
+        """Largest rows * splits over every decode batch size up to max_rows."""
+        return max(r * num_splits(r, num_kv_heads, num_sms) for r in range(1, max_rows + 1))
+
+    @classmethod
+    def reserve(cls, max_rows: int, hq: int, d: int, num_kv_heads: int, num_sms: int, device) -> None:
+        key = (str(device), hq, d)
+        need = cls.capacity(max_rows, num_kv_heads, num_sms) * hq
+        if key not in cls._buffers or cls._buffers[key][1].shape[0] < need:
+            cls._buffers[key] = (torch.empty(need * d, dtype=torch.float32, device=device),
+                                 torch.empty(need, 2, dtype=torch.float32, device=device))
+        cls._reserved.add(key)
+
+    @classmethod
+    def get(cls, rows: int, hq: int, splits: int, d: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (str(device), hq, d)
+        need = rows * hq * splits
+        if key not in cls._reserved and (key not in cls._buffers or cls._buffers[key][1].shape[0] < need):
+            # outside an engine (tests, benchmarks): grow on demand
+            cls._buffers[key] = (torch.empty(need * d, dtype=torch.float32, device=device),
+                                 torch.empty(need, 2, dtype=torch.float32, device=device))
+        part_o, part_ml = cls._buffers[key]
+        if part_ml.shape[0] < need:
+            raise RuntimeError(f"int4_kivi decode workspace holds {part_ml.shape[0]} partials, needs {need}")
+        return part_o, part_ml
+
+
+def decode_attention(q_rot, k_rot, v_rot, res, regions, md, num_decodes: int, sm_scale: float,
+                     out_rot: torch.Tensor, splits: int) -> None:
+    """out_rot[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
+
+    q_rot [T, Hq, D] (model dtype); out_rot [T, Hq, D] fp32.
+    """
+    if num_decodes == 0:
+        return
+    hq, d = q_rot.shape[1], q_rot.shape[2]
+    hkv = k_rot.shape[1]
+    group = hq // hkv
+    lay = fmt.PageLayout(d)
+    part_o, part_ml = DecodeWorkspace.get(num_decodes, hq, splits, d, q_rot.device)
+    _decode_kernel[(num_decodes, hkv, splits)](
+        q_rot, q_rot.stride(0), q_rot.stride(1),
+        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
+        regions, regions.stride(0), regions.stride(1),
+        md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
+        part_o, part_ml, sm_scale,
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), SPLITS=splits,
+        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q_rot.dtype)),
+        DOT_DTYPE=dot_dtype(q_rot.dtype),
+    )
+    _reduce_kernel[(num_decodes, hq)](
+        part_o, part_ml, out_rot, out_rot.stride(0), out_rot.stride(1), md.query_start_loc,
+        SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), D=d,
+    )

@@ -1,0 +1,44 @@
+"""Triton helpers that mirror the scalar rules of ``s4kv.format`` (fp16 rounding, codes)."""
+
+import triton
+import triton.language as tl
+
+FP16_MAX = 65504.0
+
+
+@triton.jit
+def fp16_up(x):
+    """Nearest fp16 >= x (x fp32, finite, |x| <= 65504), returned as fp32. NaN stays NaN."""
+    h = x.to(tl.float16)
+    bits = h.to(tl.int16, bitcast=True)
+    # next fp16 toward +inf: +1 ulp for positive values, -1 for negative, +0 -> smallest subnormal
+    up_bits = tl.where(bits >= 0, bits + 1, bits - 1)
+    up_bits = tl.where(bits.to(tl.int32) == -32768, 1, up_bits)  # -0.0
+    up = up_bits.to(tl.float16, bitcast=True)
+    return tl.where(h.to(tl.float32) < x, up.to(tl.float32), h.to(tl.float32))
+
+
+@triton.jit
+def fp16_down(x):
+    """Nearest fp16 <= x (x fp32, finite, |x| <= 65504), returned as fp32. NaN stays NaN."""
+    h = x.to(tl.float16)
+    bits = h.to(tl.int16, bitcast=True)
+    down_bits = tl.where(bits > 0, bits - 1, bits + 1)  # toward -inf
+    down_bits = tl.where(bits == 0, -32767, down_bits)  # +0 -> -smallest subnormal (0x8001)
+    down_bits = tl.where(bits.to(tl.int32) == -32768, -32767, down_bits)  # -0.0 likewise
+    down = down_bits.to(tl.float16, bitcast=True)
+    return tl.where(h.to(tl.float32) > x, down.to(tl.float32), h.to(tl.float32))
+
+
+@triton.jit
+def saturate(x):
+    """fp32 copy with NaN -> 0 and values clamped to the fp16 range; plus the non-finite mask."""
+    bad = (x != x) | (tl.abs(x) == float("inf"))
+    y = tl.where(x != x, 0.0, x)
+    y = tl.minimum(tl.maximum(y, -FP16_MAX), FP16_MAX)
+    return y, bad
+
+
+@triton.jit
+def safe_inverse(s):
+    return tl.where(s > 0, 1.0 / tl.where(s > 0, s, 1.0), 0.0)

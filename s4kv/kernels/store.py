@@ -1,0 +1,177 @@
+"""Triton store kernels: quantize completed blocks into pages; keep incomplete tails exact.
+
+Per layer and step, before attention :func:`store_blocks` quantizes every block that this step
+completes (its tokens come from the request's residual slot and from this step's K/V), and after
+attention :func:`append_tail` writes this step's tokens of the new incomplete block into the slot.
+(The tail write must wait for attention: in a chunk that completes a block, queries before the
+block's end still read the old residual tokens exact.)
+
+All tensors are in the rotated basis. Page regions are addressed through the cache tensor's
+block and head strides, so any vLLM layout whose (token, byte) dims are innermost works.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from s4kv import format as fmt
+from s4kv.kernels import tl_dtype
+from s4kv.kernels.quant import fp16_down, fp16_up, safe_inverse, saturate
+
+
+@triton.jit
+def _store_blocks_kernel(
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
+    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
+    cache_ptr, stride_cb, stride_ch,  # pages, uint8
+    qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
+    BS: tl.constexpr, HALF: tl.constexpr,
+    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    i = tl.program_id(2)
+    q_start = tl.load(qsl_ptr + row)
+    qlen = tl.load(qsl_ptr + row + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + row)
+    ctx = seq_len - qlen
+    first = ctx // BS
+    b = first + i
+    if (qlen <= 0) | (b >= seq_len // BS):
+        return
+    slot = tl.load(slots_ptr + row)
+
+    t = tl.arange(0, BS)
+    c = tl.arange(0, HALF)
+    pos = b * BS + t
+    from_res = pos < ctx
+    tok = q_start + pos - ctx  # token index in this step's K/V (valid where not from_res)
+    res_k = res_ptr + slot * stride_rs + h * stride_rh + t[:, None] * stride_rt
+    res_v = res_k + stride_rkv
+    new_k = k_ptr + tok[:, None] * stride_kt + h * stride_kh
+    new_v = v_ptr + tok[:, None] * stride_vt + h * stride_vh
+
+    def_mask = from_res[:, None]
+    new_mask = (~from_res)[:, None]
+    k_lo = tl.load(res_k + c[None, :], mask=def_mask, other=0.0) + \
+        tl.load(new_k + c[None, :], mask=new_mask, other=0.0)
+    k_hi = tl.load(res_k + HALF + c[None, :], mask=def_mask, other=0.0) + \
+        tl.load(new_k + HALF + c[None, :], mask=new_mask, other=0.0)
+    v_lo = tl.load(res_v + c[None, :], mask=def_mask, other=0.0) + \
+        tl.load(new_v + c[None, :], mask=new_mask, other=0.0)
+    v_hi = tl.load(res_v + HALF + c[None, :], mask=def_mask, other=0.0) + \
+        tl.load(new_v + HALF + c[None, :], mask=new_mask, other=0.0)
+
+    block_id = tl.load(block_table_ptr + row * stride_bt + b).to(tl.int64)
+    region = cache_ptr + block_id * stride_cb + h * stride_ch
+
+    # Exact first key (before any saturation)
+    first_row = t[:, None] == 0
+    fk_lo = tl.sum(tl.where(first_row, k_lo.to(tl.float32), 0.0), axis=0)
+    fk_hi = tl.sum(tl.where(first_row, k_hi.to(tl.float32), 0.0), axis=0)
+    fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
+    tl.store(fk_ptr + c, fk_lo.to(FIRST_KEY_DTYPE))
+    tl.store(fk_ptr + HALF + c, fk_hi.to(FIRST_KEY_DTYPE))
+
+    # Keys: per channel over tokens 1..BS-1
+    x_lo, bad_lo = saturate(k_lo.to(tl.float32))
+    x_hi, bad_hi = saturate(k_hi.to(tl.float32))
+    stat = t[:, None] > 0
+    mn_lo = fp16_down(tl.min(tl.where(stat, x_lo, float("inf")), axis=0))
+    mn_hi = fp16_down(tl.min(tl.where(stat, x_hi, float("inf")), axis=0))
+    s_lo = fp16_up((tl.max(tl.where(stat, x_lo, -float("inf")), axis=0) - mn_lo) / 15.0)
+    s_hi = fp16_up((tl.max(tl.where(stat, x_hi, -float("inf")), axis=0) - mn_hi) / 15.0)
+    s_lo = tl.where(tl.max((bad_lo & stat).to(tl.int32), axis=0) > 0, float("nan"), s_lo)
+    s_hi = tl.where(tl.max((bad_hi & stat).to(tl.int32), axis=0) > 0, float("nan"), s_hi)
+    q_lo = tl.minimum(tl.maximum(tl.floor((x_lo - mn_lo[None, :]) * safe_inverse(s_lo)[None, :] + 0.5), 0.0), 15.0)
+    q_hi = tl.minimum(tl.maximum(tl.floor((x_hi - mn_hi[None, :]) * safe_inverse(s_hi)[None, :] + 0.5), 0.0), 15.0)
+    packed = q_lo.to(tl.uint8) | (q_hi.to(tl.uint8) << 4)
+    tl.store(region + t[:, None] * HALF + c[None, :], packed)
+    ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
+    km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
+    tl.store(ks_ptr + c, s_lo.to(tl.float16))
+    tl.store(ks_ptr + HALF + c, s_hi.to(tl.float16))
+    tl.store(km_ptr + c, mn_lo.to(tl.float16))
+    tl.store(km_ptr + HALF + c, mn_hi.to(tl.float16))
+
+    # Values: per token, symmetric
+    y_lo, vbad_lo = saturate(v_lo.to(tl.float32))
+    y_hi, vbad_hi = saturate(v_hi.to(tl.float32))
+    amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
+    vs = fp16_up(amax / 7.5)
+    vbad = (tl.max(vbad_lo.to(tl.int32), axis=1) + tl.max(vbad_hi.to(tl.int32), axis=1)) > 0
+    vs = tl.where(vbad, float("nan"), vs)
+    vinv = safe_inverse(vs)[:, None]
+    w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 8.0), 0.0), 15.0)
+    w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
+    tl.store(region + V_CODES + t[:, None] * HALF + c[None, :], w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4))
+    tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
+
+
+@triton.jit
+def _append_tail_kernel(
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,
+    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,
+    qsl_ptr, seq_lens_ptr, slots_ptr,
+    BS: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
+):
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    tile = tl.program_id(2)
+    q_start = tl.load(qsl_ptr + row)
+    qlen = tl.load(qsl_ptr + row + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + row)
+    ctx = seq_len - qlen
+    tail_start = (seq_len // BS) * BS
+    t = tile * TILE + tl.arange(0, TILE)  # index inside the tail block
+    pos = tail_start + t
+    if (qlen <= 0) | (tail_start + tile * TILE >= seq_len):
+        return
+    ok = (pos >= ctx) & (pos < seq_len)
+    slot = tl.load(slots_ptr + row)
+    tok = q_start + pos - ctx
+    d = tl.arange(0, D)
+    m = ok[:, None] & (d[None, :] < D)
+    kv = tl.load(k_ptr + tok[:, None] * stride_kt + h * stride_kh + d[None, :], mask=m)
+    vv = tl.load(v_ptr + tok[:, None] * stride_vt + h * stride_vh + d[None, :], mask=m)
+    dst = res_ptr + slot * stride_rs + h * stride_rh + t[:, None] * stride_rt + d[None, :]
+    tl.store(dst, kv, mask=m)
+    tl.store(dst + stride_rkv, vv, mask=m)
+
+
+def store_blocks(k_rot, v_rot, res, regions, md, max_new_blocks: int) -> None:
+    """Quantize the blocks this step completes into their pages.
+
+    k_rot, v_rot [T, Hkv, D] (model dtype); res [S, 2, Hkv, BS, D]; regions [num_blocks, Hkv,
+    region_bytes] uint8 view; ``max_new_blocks``: the most blocks any row completes (host value).
+    """
+    num_reqs = md.num_reqs
+    if num_reqs == 0 or max_new_blocks <= 0:
+        return
+    hkv, d = k_rot.shape[1], k_rot.shape[2]
+    lay = fmt.PageLayout(d)
+    assert regions.stride(2) == 1
+    _store_blocks_kernel[(num_reqs, hkv, max_new_blocks)](
+        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
+        regions, regions.stride(0), regions.stride(1),
+        md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
+        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k_rot.dtype)),
+    )
+
+
+def append_tail(k_rot, v_rot, res, md, tile: int = 16) -> None:
+    """Write this step's tokens of each row's incomplete last block into its residual slot."""
+    num_reqs = md.num_reqs
+    if num_reqs == 0:
+        return
+    hkv, d = k_rot.shape[1], k_rot.shape[2]
+    _append_tail_kernel[(num_reqs, hkv, fmt.BLOCK_SIZE // tile)](
+        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
+        md.query_start_loc, md.seq_lens, md.slots,
+        BS=fmt.BLOCK_SIZE, D=d, TILE=tile,
+    )
