@@ -208,3 +208,36 @@ def validate_model(model: str, dtype: str = "auto", platform: str | None = None,
     m = facts_from_model_config(mc)
     check(m, EngineFacts(platform=platform) if platform else None)
     return m
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``s4kv validate MODEL``: can int4_kivi serve this model? Exit 0 yes, 1 no (reasons printed)."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="s4kv validate", description=main.__doc__)
+    ap.add_argument("model", help="local path or Hugging Face model id (config only is read)")
+    ap.add_argument("--dtype", default="auto", help="model dtype as vLLM's --dtype (default: auto)")
+    ap.add_argument("--platform", choices=["cuda", "cpu"], default=None,
+                    help="also check dtype support of the kernels on this platform")
+    ap.add_argument("--trust-remote-code", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    try:
+        facts = validate_model(args.model, dtype=args.dtype, platform=args.platform,
+                               trust_remote_code=args.trust_remote_code)
+    except UnsupportedModelError as e:
+        out = {"model": args.model, "supported": False, "reason": str(e)}
+        print(json.dumps(out) if args.json else f"NOT SUPPORTED: {e}")
+        return 1
+    out = {"model": args.model, "supported": True, "head_dim": facts.head_size, "dtype": facts.dtype,
+           "architectures": facts.architectures,
+           "bytes_per_token_per_kv_head": fmt.bytes_per_token_per_head(facts.head_size),
+           "density_vs_16bit": round(fmt.density_vs(facts.head_size), 3)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"supported: {args.model} ({', '.join(facts.architectures) or facts.model_type}, "
+              f"head_dim {facts.head_size}, {facts.dtype}): {out['bytes_per_token_per_kv_head']} B per token "
+              f"per kv head, {out['density_vs_16bit']}x the tokens of a 16-bit cache")
+    return 0

@@ -1,8 +1,6 @@
 """A minimal paged runtime for testing int4_kivi implementations without vLLM: pages, block tables,
 residual slots, and requests scheduled in chunks, checked against s4kv.reference."""
 
-from dataclasses import dataclass
-
 import torch
 
 from s4kv import format as fmt
@@ -15,13 +13,15 @@ BS = fmt.BLOCK_SIZE
 class Engine:
     """A minimal paged runtime around torch_ops.forward: pages, block tables, residual slots."""
 
-    def __init__(self, hq, hkv, d, dtype, num_blocks=64, num_slots=8, seed=0, ops=None):
+    def __init__(self, hq, hkv, d, dtype, num_blocks=64, num_slots=8, seed=0, ops=None, device="cpu"):
         from s4kv.backend import torch_ops
 
         self.ops = ops or torch_ops
+        self.device = torch.device(device)
         self.hq, self.hkv, self.d, self.dtype = hq, hkv, d, dtype
-        self.regions = torch.zeros(num_blocks, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-        self.res = torch.zeros(num_slots, 2, hkv, BS, d, dtype=dtype)
+        self.regions = torch.zeros(num_blocks, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8,
+                                   device=device)
+        self.res = torch.zeros(num_slots, 2, hkv, BS, d, dtype=dtype, device=device)
         self.free_blocks = list(torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist())
         self.r = fmt.rotation(d)
         self.g = torch.Generator().manual_seed(seed + 1)
@@ -65,18 +65,21 @@ class Engine:
         qsl_t = torch.tensor(qsl, dtype=torch.int32)
         seq_t = torch.tensor(seq, dtype=torch.int32)
         slots_t = torch.tensor(slots, dtype=torch.int32)
+        dev = self.device
         md = S4KVMetadata(
             num_reqs=len(schedule), num_actual_tokens=qsl[-1], max_query_len=max(n for _, n in schedule),
-            max_seq_len=max(seq), query_start_loc=qsl_t, seq_lens=seq_t, block_table=bt, slots=slots_t,
+            max_seq_len=max(seq), query_start_loc=qsl_t.to(dev), seq_lens=seq_t.to(dev),
+            block_table=bt.to(dev), slots=slots_t.to(dev),
             query_start_loc_cpu=qsl_t, seq_lens_cpu=seq_t, slots_cpu=slots_t)
         plan_launch(md, self.hkv, num_sms=4, uniform_decode=all(n == 1 for _, n in schedule))
-        q = torch.cat(qs)
-        q_rot = q.float() @ self.r
-        k_rot = fmt.rotate(torch.cat(ks), self.r)
-        v_rot = fmt.rotate(torch.cat(vs), self.r)
+        q = torch.cat(qs).to(self.device)
+        r = self.r.to(self.device)
+        q_rot = q.float() @ r
+        k_rot = fmt.rotate(torch.cat(ks).to(self.device), r)
+        v_rot = fmt.rotate(torch.cat(vs).to(self.device), r)
         out_rot = torch.full_like(q_rot, float("nan"))  # poison: every row must be written
         self.ops.forward(q_rot, k_rot, v_rot, self.regions, self.res, md, self.d ** -0.5, out_rot)
-        out = out_rot @ self.r.T
+        out = (out_rot @ r.T).cpu()
         result = {}
         for i, (name, n) in enumerate(schedule):
             r = self.reqs[name]

@@ -18,13 +18,14 @@ from paged_harness import Engine, check  # noqa: E402
 from s4kv import format as fmt  # noqa: E402
 from s4kv.backend import triton_ops  # noqa: E402
 from s4kv.kernels.store import store_blocks  # noqa: E402
+from s4kv.reference import kivi_attention  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BS = fmt.BLOCK_SIZE
 
 
 def _engine(hq, hkv, d, dtype, **kw):
-    e = Engine(hq, hkv, d, dtype, ops=triton_ops, **kw)
+    e = Engine(hq, hkv, d, dtype, ops=triton_ops, device=DEVICE, **kw)
     return e
 
 
@@ -38,17 +39,22 @@ def test_store_matches_format(dtype, d):
     k = (torch.randn(n, hkv, d, generator=g) * 3).to(dtype)
     v = torch.randn(n, hkv, d, generator=g).to(dtype)
     k[7, 1, 3] = float("nan")  # poisons (block 0, head 1, channel 3) only
-    regions = torch.zeros(8, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-    res = torch.zeros(2, 2, hkv, BS, d, dtype=dtype)
-    i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    regions = torch.zeros(8, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8, device=DEVICE)
+    res = torch.zeros(2, 2, hkv, BS, d, dtype=dtype, device=DEVICE)
+
+    def i32(x, dev=DEVICE):
+        return torch.tensor(x, dtype=torch.int32, device=dev)
+
     md = S4KVMetadata(num_reqs=1, num_actual_tokens=n, max_query_len=n, max_seq_len=n,
                       query_start_loc=i32([0, n]), seq_lens=i32([n]), block_table=i32([[5, 2, 7]]),
-                      slots=i32([0]), query_start_loc_cpu=i32([0, n]), seq_lens_cpu=i32([n]), slots_cpu=i32([0]))
+                      slots=i32([0]), query_start_loc_cpu=i32([0, n], "cpu"), seq_lens_cpu=i32([n], "cpu"),
+                      slots_cpu=i32([0], "cpu"))
     plan_launch(md, hkv, num_sms=4)
     assert md.max_new_blocks == 2
-    store_blocks(k, v, res, regions, md, md.max_new_blocks)
+    store_blocks(k.to(DEVICE), v.to(DEVICE), res, regions, md, md.max_new_blocks)
     expect = fmt.encode_blocks(k[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2),
                                v[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2))
+    regions = regions.cpu()
     got = regions[[5, 2]]
     lay = fmt.PageLayout(d)
     # scales, mins and first keys: bit-identical
@@ -111,3 +117,68 @@ def test_many_splits():
             e.reqs["a"]["done"] -= 1  # recompute the same query with another split count
     finally:
         decode.num_splits = orig
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_decode_step_replays_in_a_cuda_graph():
+    """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
+    replay must follow the new contents of the persistent metadata buffers."""
+    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+
+    hq, hkv, d, dtype = 28, 4, 128, torch.bfloat16
+    e = _engine(hq, hkv, d, dtype, num_blocks=64)
+    for name, length, slot in [("a", 700, 0), ("b", 300, 1), ("c", 1000, 2)]:
+        e.add(name, length, slot=slot)
+        e.step([(name, length - 40)])
+    sched = [("a", 1), ("b", 1), ("c", 1)]
+    # static buffers the graph reads
+    width = 16
+    qsl = torch.arange(4, dtype=torch.int32, device="cuda")
+    seq = torch.zeros(3, dtype=torch.int32, device="cuda")
+    bt = torch.zeros(3, width, dtype=torch.int32, device="cuda")
+    slots = torch.zeros(3, dtype=torch.int32, device="cuda")
+    q = torch.zeros(3, hq, d, device="cuda")
+    k = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
+    v = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
+    out = torch.zeros(3, hq, d, device="cuda")
+    cpu = torch.arange(4, dtype=torch.int32)
+    md = S4KVMetadata(3, 3, 1, 4096, qsl, seq, bt, slots, cpu, torch.full((3,), 4096, dtype=torch.int32),
+                      torch.zeros(3, dtype=torch.int32))
+    plan_launch(md, hkv, num_sms=torch.cuda.get_device_properties(0).multi_processor_count, uniform_decode=True)
+
+    def fill():
+        r = e.r.cuda()
+        for i, (name, _) in enumerate(sched):
+            req = e.reqs[name]
+            p = req["done"]
+            while len(req["blocks"]) * 128 <= p:
+                req["blocks"].append(e.free_blocks.pop())
+            seq[i] = p + 1
+            bt[i, :len(req["blocks"])] = torch.tensor(req["blocks"], dtype=torch.int32)
+            slots[i] = req["slot"]
+            q[i] = req["q"][p].cuda().float() @ r
+            k[i] = fmt.rotate(req["k"][p].cuda(), r)
+            v[i] = fmt.rotate(req["v"][p].cuda(), r)
+
+    fill()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up compiles the kernels outside the capture
+        triton_ops.forward(q, k, v, e.regions, e.res.clone(), md, d ** -0.5, out.clone())
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        triton_ops.forward(q, k, v, e.regions, e.res, md, d ** -0.5, out)
+    for step in range(45):  # crosses a block boundary for every request
+        fill()
+        graph.replay()
+        torch.cuda.synchronize()
+        got = out @ e.r.cuda().T
+        for i, (name, _) in enumerate(sched):
+            req = e.reqs[name]
+            p = req["done"]
+            ref = kivi_attention(req["q"][p:p + 1], req["k"][:p + 1], req["v"][:p + 1], d ** -0.5, q_start=p)
+            err = ((got[i].cpu() - ref[0]).norm() / ref[0].norm()).item()
+            assert err < 3e-3, (step, name, p, err)
+            req["done"] += 1

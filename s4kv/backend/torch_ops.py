@@ -56,14 +56,20 @@ def forward(q_rot: torch.Tensor, k_rot: torch.Tensor, v_rot: torch.Tensor, regio
     """
     bs = fmt.BLOCK_SIZE
     d = q_rot.shape[-1]
-    qsl = md.query_start_loc_cpu.tolist()
+    n = md.num_reqs
+    qsl_t = md.query_start_loc_cpu[: n + 1].long()
+    qlens = qsl_t[1:] - qsl_t[:-1]
+    decode_rows = (qlens == 1).nonzero().flatten()
+    if len(decode_rows):
+        _decode_rows(decode_rows, q_rot, k_rot, v_rot, regions, res, md, scale, out_rot, store)
+    qsl = qsl_t.tolist()
     seq_lens = md.seq_lens_cpu.tolist()
     slots = md.slots_cpu.tolist()
     block_table = md.block_table
-    for r in range(md.num_reqs):
+    for r in range(n):
         s, e = qsl[r], qsl[r + 1]
         qlen = e - s
-        if qlen <= 0:
+        if qlen <= 1:  # decode rows are done above
             continue
         seq_len, slot = seq_lens[r], slots[r]
         ctx = seq_len - qlen
@@ -104,3 +110,60 @@ def forward(q_rot: torch.Tensor, k_rot: torch.Tensor, v_rot: torch.Tensor, regio
                 off = (n_full - first) * bs
                 res[slot, 0, :, :tail] = k_exact[off:].transpose(0, 1)
                 res[slot, 1, :, :tail] = v_exact[off:].transpose(0, 1)
+
+
+def _decode_rows(rows: torch.Tensor, q_rot, k_rot, v_rot, regions, res, md, scale, out_rot, store) -> None:
+    """All single-token rows at once (the steady state of serving): no per-request Python loop."""
+    bs = fmt.BLOCK_SIZE
+    d = q_rot.shape[-1]
+    dev = q_rot.device
+    tok = md.query_start_loc_cpu[rows].long().to(dev)
+    seq = md.seq_lens_cpu[rows].long()
+    slots = md.slots_cpu[rows].long().to(dev)
+    p = seq - 1  # query positions
+    n_pages = seq // bs  # complete blocks, read quantized
+    kept = p % bs  # residual tokens before p in its block
+    completes = (seq % bs) == 0  # this token completes its block: nothing of the block stays exact
+    k_new, v_new = k_rot[tok], v_rot[tok]  # [R, Hkv, D]
+    bt = md.block_table[rows.to(md.block_table.device)].long()
+
+    if store and bool(completes.any()):
+        c = completes.nonzero().flatten()
+        cs = slots[c.to(dev)]
+        kb = torch.cat([res[cs, 0, :, : bs - 1], k_new[c.to(dev)].unsqueeze(2)], dim=2)  # [C, Hkv, bs, D]
+        vb = torch.cat([res[cs, 1, :, : bs - 1], v_new[c.to(dev)].unsqueeze(2)], dim=2)
+        ids = bt[c.to(bt.device), (n_pages[c] - 1).to(bt.device)]
+        regions.index_copy_(0, ids.to(regions.device), fmt.encode_blocks(kb, vb))
+
+    r_count, hkv = len(rows), k_rot.shape[1]
+    hq = q_rot.shape[1]
+    group = hq // hkv
+    max_pages = int(n_pages.max())
+    keys, values, masks = [], [], []
+    if max_pages:
+        cols = torch.arange(max_pages)
+        page_ok = cols[None, :] < n_pages[:, None]  # [R, P]
+        ids = torch.where(page_ok.to(bt.device), bt[:, :max_pages], bt[:, :1])
+        kq, vq = fmt.decode_blocks(regions[ids.to(regions.device)], d, k_rot.dtype)  # [R, P, Hkv, bs, D]
+        keys.append(kq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d))
+        values.append(vq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d))
+        masks.append(page_ok.repeat_interleave(bs, dim=1))
+    # exact: residual tokens 0..kept-1 and the new token, unless the block just completed
+    keys.append(torch.cat([res[slots, 0], k_new.unsqueeze(2)], dim=2).float())  # [R, Hkv, bs + 1, D]
+    values.append(torch.cat([res[slots, 1], v_new.unsqueeze(2)], dim=2).float())
+    idx = torch.arange(bs + 1)
+    exact_ok = ((idx[None, :] < kept[:, None]) | (idx[None, :] == bs)) & ~completes[:, None]
+    masks.append(exact_ok)
+    qg = q_rot[tok].reshape(r_count, hkv, group, d)
+    scores = torch.cat([torch.matmul(qg, k.transpose(-1, -2)) for k in keys], dim=-1) * scale
+    mask = torch.cat(masks, dim=1).to(dev)[:, None, None, :]
+    prob = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    out = torch.matmul(prob, torch.cat(values, dim=2))  # [R, Hkv, G, D]
+    out_rot[tok] = out.reshape(r_count, hq, d)
+
+    if store:
+        keep = (~completes).nonzero().flatten()
+        if len(keep):
+            ks, kk = slots[keep.to(dev)], kept[keep].to(dev)
+            res[ks, 0, :, kk] = k_new[keep.to(dev)]
+            res[ks, 1, :, kk] = v_new[keep.to(dev)]

@@ -1,0 +1,137 @@
+"""Kernel-level benchmark of int4_kivi decode attention on a CUDA GPU.
+
+    python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8] [--json OUT]
+
+For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
+28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
+reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
+block, the exact tail, queries) over the time, next to a device-to-device copy measured in the
+same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
+flash-attn is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import torch
+
+from s4kv import format as fmt
+from s4kv.backend.metadata import S4KVMetadata, plan_launch
+
+
+def copy_bandwidth(nbytes: int = 4 << 30) -> float:
+    """Bytes read + written per second by a large device-to-device copy."""
+    import triton.testing
+
+    a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = triton.testing.do_bench(lambda: b.copy_(a), warmup=50, rep=300, return_mode="median")
+    return 2 * a.numel() / (ms * 1e-3)
+
+
+def _graph_time(fn) -> float:
+    """Median ms of fn replayed from a CUDA graph."""
+    import triton.testing
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+
+
+def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
+               dtype=torch.bfloat16) -> dict:
+    from s4kv.kernels.decode import decode_attention
+
+    bs = fmt.BLOCK_SIZE
+    lay = fmt.PageLayout(d)
+    n_pages = context // bs
+    num_blocks = batch * (n_pages + 1)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    regions = torch.randint(0, 256, (num_blocks, hkv, lay.region_bytes), dtype=torch.uint8, device="cuda",
+                            generator=gen)
+    # valid fp16 scales/mins/first keys (random bytes would be NaN/inf)
+    sc = regions[..., lay.v_scale:].view(torch.float16)
+    sc.copy_(torch.rand(sc.shape, device="cuda", generator=gen).half() * 0.1)
+    res = torch.randn(batch + 1, 2, hkv, bs, d, dtype=dtype, device="cuda", generator=gen)
+    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
+    k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
+    v = torch.randn_like(k)
+    out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
+    perm = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
+    bt = perm[: batch * (n_pages + 1)].view(batch, n_pages + 1).contiguous()
+    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, slots, qsl.cpu(), seq.cpu(), slots.cpu())
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan_launch(md, hkv, num_sms, uniform_decode=True)
+    ms = _graph_time(lambda: decode_attention(q, k, v, res, regions, md, batch, d ** -0.5, out,
+                                              md.decode_splits))
+    tail = context - (context // bs) * bs
+    read = batch * hkv * (((context) // bs) * lay.region_bytes + tail * 2 * d * q.element_size()) \
+        + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
+    row = dict(context=context, batch=batch, hq=hq, hkv=hkv, d=d, splits=md.decode_splits,
+               ms=ms, bytes_read=read, bandwidth=read / (ms * 1e-3))
+    fa = _flash_decode_ms(context, batch, hq, hkv, d, dtype)
+    if fa is not None:
+        row["flash_attn_bf16_ms"] = fa
+        row["flash_attn_bf16_bytes"] = batch * context * hkv * 2 * d * 2
+    return row
+
+
+def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
+    try:
+        from vllm.vllm_flash_attn import flash_attn_with_kvcache
+    except Exception:
+        return None
+    block = 16
+    nb = batch * math.ceil(context / block)
+    kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
+    vc = torch.randn_like(kc)
+    q = torch.randn(batch, 1, hq, d, dtype=dtype, device="cuda")
+    bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(batch, -1)
+    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    try:
+        return _graph_time(lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seq, block_table=bt,
+                                                           causal=True))
+    except Exception as e:  # report, do not fail the int4 numbers
+        print(f"flash-attn decode unavailable: {e}", file=sys.stderr)
+        return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--contexts", default="1024,8192,32768")
+    ap.add_argument("--batches", default="64,32,8")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    copy = copy_bandwidth()
+    rows = []
+    print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
+    print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11}")
+    for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
+        r = bench_case(ctx, b)
+        r["copy_bandwidth"] = copy
+        r["fraction_of_copy"] = r["bandwidth"] / copy
+        rows.append(r)
+        fa = f"{r['flash_attn_bf16_ms'] * 1e3:11.1f}" if "flash_attn_bf16_ms" in r else f"{'n/a':>11}"
+        print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
+              f"{r['fraction_of_copy']:8.1%} {fa}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

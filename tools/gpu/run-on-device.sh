@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
+# (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
+#
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests smoke kernels bench-capacity
+#                                                 bench-speed bench-quality bench-saturated)
+#
+# Every step logs to $OUT/<step>.log and goes on after a failure, so one call gives every answer;
+# results land in $OUT (fetched back by the device tool). Needs: /root/s4kv-env.sh (from setup),
+# the repository as the working directory (s4kv runs from the tree: PYTHONPATH=$PWD:/tmp/site).
+set -u
+cd "$(dirname "$0")/../.."
+# shellcheck disable=SC1091
+source /root/s4kv-env.sh
+export PYTHONPATH="$PWD:${PYTHONPATH:-/tmp/site}"
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/s4kv-out}
+mkdir -p "$OUT"
+MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
+KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
+status=0
+
+step() {  # step NAME CMD...: run, log, remember failures, keep going
+  local name=$1; shift
+  echo "=== $name: $*" | tee "$OUT/$name.log"
+  local t0=$SECONDS
+  "$@" >>"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.log"
+  tail -n 25 "$OUT/$name.log"
+  [ $rc -eq 0 ] || status=1
+}
+
+for s in "$@"; do
+  case $s in
+    patch)  # the same series application as the wheel build (forklayer), onto the installed vLLM
+      step patch python3 -m forklayer apply --vllm 0.24.0 --target /tmp/site ;;
+    tests)
+      step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_format.py \
+        tests/test_reference.py ;;
+    smoke)
+      step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
+    kernels)
+      step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
+    bench-capacity)
+      step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
+        --max-model-len 32768 --out "$OUT/capacity" ;;
+    bench-speed)
+      step bench-speed python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
+        --contexts 1024,8192,32768 --batches 64,32,8 --out "$OUT/speed" ;;
+    bench-saturated)
+      step bench-saturated python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
+        --contexts 32768 --saturated --out "$OUT/saturated" ;;
+    bench-quality)
+      step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --out "$OUT/quality" ;;
+    *) echo "unknown step $s"; status=2 ;;
+  esac
+done
+exit $status
