@@ -105,9 +105,11 @@ pip_opts=(--disable-pip-version-check --no-cache-dir --no-input)
 ((nodeps)) && pip_opts+=(--no-deps)
 [[ -n $root ]] && pip_opts+=(--no-compile) # .pyc files would record the staging path
 "$venv/bin/python" -m pip install "${pip_opts[@]}" "$vllm_whl" "$s4kv_whl"
-"$venv/bin/python" -c 'import vllm, s4kv' || die "the venv cannot import vllm and s4kv"
+"$venv/bin/python" -B -c 'import vllm, s4kv' || die "the venv cannot import vllm and s4kv"
 if [[ -n $root ]]; then
-    # A venv records its own path; rewrite the staging root out of the text files it wrote.
+    # A venv records its own path: drop the byte code compiled at the staging path (ensurepip's)
+    # and rewrite the staging root out of the text files.
+    find "$venv" -name __pycache__ -type d -prune -exec rm -rf {} +
     { grep -rlIF -- "$root$PREFIX" "$venv" || true; } | while IFS= read -r f; do
         sed -i "s|$root$PREFIX|$PREFIX|g" "$f"
     done
