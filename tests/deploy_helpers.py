@@ -125,7 +125,7 @@ def record(argv):
         f.write(json.dumps(argv) + "\n")
 
 def rooted(value):
-    return ROOT.rstrip("/") + value if value.startswith(("/etc/", "/opt/")) else value
+    return ROOT.rstrip("/") + value if value.startswith(("/etc/", "/opt/", "/var/")) else value
 
 def unit_conf(unit):
     conf, env = {}, {}
