@@ -157,6 +157,8 @@ def write_state(unit, **kw):
 
 def supervise(unit):
     conf, env = unit_conf(unit)
+    for key in os.environ.get("FAKE_UNIT_ENV_SKIP", "").split(","):
+        env.pop(key, None)  # e.g. HOME: keep the caller's warm caches
     argv = [rooted(a) for a in conf["ExecStart"].split()]
     prevent = {int(x) for x in conf.get("RestartPreventExitStatus", "").split()}
     burst = int(conf.get("StartLimitBurst", "5"))
