@@ -7,11 +7,13 @@ implementation is tested against.
 
 The scheme (KIVI, in a rotated basis)
 -------------------------------------
-* Rotation. Queries, keys and values of every head are multiplied by one fixed orthogonal
-  matrix R (a Walsh-Hadamard matrix with a fixed sign pattern, divided by sqrt(head_size)) before
-  they are stored or used, and the attention output is multiplied by R^T. q.k and p@V are
-  unchanged (R R^T = I), but outlier channels are spread over all channels, so 4-bit codes lose
-  far less. Attention itself runs entirely in the rotated basis.
+* Rotation. Keys and values are multiplied by one fixed orthogonal matrix R (a Walsh-Hadamard
+  matrix with a fixed sign pattern, divided by sqrt(head_size)) before they are quantized into a
+  page, and queries are rotated the same way before they meet a page; the part of the attention
+  output that comes from pages is rotated back. q.k and p@V are unchanged (R R^T = I), but outlier
+  channels are spread over all channels, so 4-bit codes lose far less. Pages live in the rotated
+  basis; exact tokens (the residual and this step's tokens) are used as they are, bit-identical
+  to what a bf16/fp16 cache would hold.
 * Keys: per-channel asymmetric int4 (KIVI). For each (block of BLOCK_SIZE tokens, kv head,
   channel): min and scale over the block's tokens, ``k ~ code * scale + min``, code in 0..15.
 * Values: per-token symmetric int4, one group per (token, kv head) spanning the whole head_dim:
@@ -163,24 +165,38 @@ def _sign_pattern(n: int) -> list[float]:
 
 
 @lru_cache(maxsize=None)
-def _rotation_cpu(n: int) -> torch.Tensor:
+@lru_cache(maxsize=None)
+def _hadamard_pm1(n: int) -> torch.Tensor:
     if n & (n - 1):
         raise ValueError(f"rotation needs a power-of-two head size, got {n}")
-    h = torch.ones(1, 1, dtype=torch.float64)
+    h = torch.ones(1, 1, dtype=torch.float32)
     while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    signs = torch.tensor(_sign_pattern(n), dtype=torch.float64)
-    return (signs[:, None] * h / math.sqrt(n)).to(torch.float32)
+    signs = torch.tensor(_sign_pattern(n), dtype=torch.float32)
+    return signs[:, None] * h
+
+
+def rotation_pm1(head_size: int, device=None, dtype=torch.float32) -> torch.Tensor:
+    """R * sqrt(D): entries +-1, exact in every float dtype (kernels multiply with it and scale
+    the fp32 result by 1/sqrt(D), so no rounding of R enters)."""
+    return _hadamard_pm1(head_size).to(device=device, dtype=dtype)
 
 
 def rotation(head_size: int, device=None, dtype=torch.float32) -> torch.Tensor:
     """The orthogonal matrix R [D, D]: x_rot = x @ R, x = x_rot @ R.T."""
-    return _rotation_cpu(head_size).to(device=device, dtype=dtype)
+    return (rotation_pm1(head_size) / math.sqrt(head_size)).to(device=device, dtype=dtype)
 
 
-def rotate(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """x [..., D] -> x @ r in fp32, returned in x's dtype."""
-    return (x.float() @ r.float()).to(x.dtype)
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """x [..., D] -> x @ R in fp32 (the +-1 product accumulated in fp32, then scaled)."""
+    d = x.shape[-1]
+    return (x.float() @ rotation_pm1(d, x.device)) * (1.0 / math.sqrt(d))
+
+
+def unrotate(y: torch.Tensor) -> torch.Tensor:
+    """y [..., D] (rotated basis, fp32) -> y @ R.T."""
+    d = y.shape[-1]
+    return (y.float() @ rotation_pm1(d, y.device).T) * (1.0 / math.sqrt(d))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,10 +290,12 @@ def first_key_dtype(model_dtype: torch.dtype) -> torch.dtype:
 
 
 def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Quantize full blocks. k, v [..., BLOCK_SIZE, D] (rotated, model dtype) -> regions uint8
-    [..., region_bytes]."""
+    """Rotate and quantize full blocks. k, v [..., BLOCK_SIZE, D] (exact, model dtype) -> regions
+    uint8 [..., region_bytes]."""
     *lead, t, d = k.shape
     lay = PageLayout(d, t)
+    model_dtype = k.dtype
+    k, v = rotate(k), rotate(v)
     kc, ks, km = quantize_keys(k)
     vc, vs = quantize_values(v)
     n = len(lead)
@@ -291,7 +309,7 @@ def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         as_bytes(vs, SCALE_DTYPE),
         as_bytes(ks, SCALE_DTYPE),
         as_bytes(km, SCALE_DTYPE),
-        as_bytes(k[..., 0, :], first_key_dtype(k.dtype)),
+        as_bytes(k[..., 0, :], first_key_dtype(model_dtype)),
     ]
     out = torch.cat(parts, dim=-1)
     assert out.shape[-1] == lay.region_bytes
@@ -319,5 +337,6 @@ def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtyp
 
 
 def fake_quantize_blocks(k: torch.Tensor, v: torch.Tensor):
-    """What a full block reads back as after encode/decode: k, v [..., T, D] -> fp32."""
+    """What a full block reads back as after encode/decode, in the rotated basis:
+    k, v [..., T, D] (exact, model dtype) -> fp32."""
     return decode_blocks(encode_blocks(k, v), k.shape[-1], k.dtype, k.shape[-2])

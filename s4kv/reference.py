@@ -1,9 +1,11 @@
 """Reference attention in plain PyTorch: the semantics every implementation must reproduce.
 
 * :func:`dense_attention` is ordinary causal softmax attention in fp32 (no cache, no quantization).
-* :func:`kivi_attention` is what an ``int4_kivi`` cache computes for one sequence: rotate, quantize
-  every complete block exactly as the page format does (``s4kv.format``), apply the position rule
-  (a query sees complete blocks quantized and the rest exact), attend, rotate back.
+* :func:`kivi_attention` is what an ``int4_kivi`` cache computes for one sequence: quantize every
+  complete block exactly as the page format does (``s4kv.format``: rotated basis), apply the
+  position rule (a query sees complete blocks quantized and the rest exact), attend. Scores of
+  quantized keys use the rotated query; the part of the output that comes from pages is rotated
+  back; exact tokens are used as they are.
 
 Both take the full, exact K/V of the sequence, so they are independent of how a runtime pages,
 chunks or batches it. The CPU backend and the Triton kernels are tested against
@@ -38,12 +40,12 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), vf)
 
 
-def quantized_prefix(k_rot: torch.Tensor, v_rot: torch.Tensor, block_size: int = fmt.BLOCK_SIZE):
-    """Dequantized K/V of every complete block: k_rot, v_rot [T, H, D] -> [nb * block_size, H, D]."""
-    t, h, d = k_rot.shape
+def quantized_prefix(k: torch.Tensor, v: torch.Tensor, block_size: int = fmt.BLOCK_SIZE):
+    """Dequantized K/V (rotated basis, fp32) of every complete block: k, v [T, H, D] -> [nb * block_size, H, D]."""
+    t, h, d = k.shape
     nb = t // block_size
-    kb = k_rot[: nb * block_size].reshape(nb, block_size, h, d).permute(0, 2, 1, 3)
-    vb = v_rot[: nb * block_size].reshape(nb, block_size, h, d).permute(0, 2, 1, 3)
+    kb = k[: nb * block_size].reshape(nb, block_size, h, d).permute(0, 2, 1, 3)
+    vb = v[: nb * block_size].reshape(nb, block_size, h, d).permute(0, 2, 1, 3)
     kq, vq = fmt.fake_quantize_blocks(kb, vb)  # [nb, H, K, D]
     return (kq.permute(0, 2, 1, 3).reshape(nb * block_size, h, d),
             vq.permute(0, 2, 1, 3).reshape(nb * block_size, h, d))
@@ -60,24 +62,19 @@ def kivi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     tq, hq, d = q.shape
     tk, hkv, _ = k.shape
     q_start = tk - tq if q_start is None else q_start
-    r = fmt.rotation(d, device=q.device)
-    # Exact K/V are kept in the model dtype after rotation (what the residual slot holds).
-    q_rot = q.float() @ r
-    k_rot = fmt.rotate(k, r)
-    v_rot = fmt.rotate(v, r)
+    group = hq // hkv
     if quantize:
-        kq, vq = quantized_prefix(k_rot, v_rot, block_size)
+        kq, vq = quantized_prefix(k, v, block_size)
     else:
         nq = (tk // block_size) * block_size
-        kq, vq = k_rot[:nq].float(), v_rot[:nq].float()
+        kq, vq = fmt.rotate(k[:nq]), fmt.rotate(v[:nq])
     nq = kq.shape[0]
 
-    group = hq // hkv
     pos_q = torch.arange(q_start, q_start + tq)[:, None]
     pos_k = torch.arange(tk)[None, :]
     boundary = ((pos_q + 1) // block_size) * block_size  # first exact position for each query
-    s_exact = torch.einsum("qhd,khd->hqk", q_rot, k_rot.float().repeat_interleave(group, dim=1))
-    s_quant = torch.einsum("qhd,khd->hqk", q_rot, kq.repeat_interleave(group, dim=1))
+    s_exact = torch.einsum("qhd,khd->hqk", q.float(), k.float().repeat_interleave(group, dim=1))
+    s_quant = torch.einsum("qhd,khd->hqk", fmt.rotate(q), kq.repeat_interleave(group, dim=1))
     use_quant = pos_k[:, :nq] < boundary  # [Tq, nq]
     s = s_exact.clone()
     s[:, :, :nq] = torch.where(use_quant, s_quant, s_exact[:, :, :nq])
@@ -86,6 +83,6 @@ def kivi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     p_quant = torch.where(use_quant, p[:, :, :nq], torch.zeros(()))
     p_exact = p.clone()
     p_exact[:, :, :nq] = torch.where(use_quant, torch.zeros(()), p[:, :, :nq])
-    o_rot = (torch.einsum("hqk,khd->qhd", p_exact, v_rot.float().repeat_interleave(group, dim=1))
-             + torch.einsum("hqk,khd->qhd", p_quant, vq.repeat_interleave(group, dim=1)))
-    return o_rot @ r.T
+    o_exact = torch.einsum("hqk,khd->qhd", p_exact, v.float().repeat_interleave(group, dim=1))
+    o_quant = torch.einsum("hqk,khd->qhd", p_quant, vq.repeat_interleave(group, dim=1))
+    return o_exact + fmt.unrotate(o_quant)

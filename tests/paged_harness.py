@@ -23,7 +23,6 @@ class Engine:
                                    device=device)
         self.res = torch.zeros(num_slots, 2, hkv, BS, d, dtype=dtype, device=device)
         self.free_blocks = list(torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist())
-        self.r = fmt.rotation(d)
         self.g = torch.Generator().manual_seed(seed + 1)
         self.reqs = {}  # name -> dict(q, k, v (full sequences), blocks, slot, done)
 
@@ -73,13 +72,11 @@ class Engine:
             query_start_loc_cpu=qsl_t, seq_lens_cpu=seq_t, slots_cpu=slots_t)
         plan_launch(md, self.hkv, num_sms=4, uniform_decode=all(n == 1 for _, n in schedule))
         q = torch.cat(qs).to(self.device)
-        r = self.r.to(self.device)
-        q_rot = q.float() @ r
-        k_rot = fmt.rotate(torch.cat(ks).to(self.device), r)
-        v_rot = fmt.rotate(torch.cat(vs).to(self.device), r)
-        out_rot = torch.full_like(q_rot, float("nan"))  # poison: every row must be written
-        self.ops.forward(q_rot, k_rot, v_rot, self.regions, self.res, md, self.d ** -0.5, out_rot)
-        out = (out_rot @ r.T).cpu()
+        k = torch.cat(ks).to(self.device)
+        v = torch.cat(vs).to(self.device)
+        out = torch.full(q.shape, float("nan"), device=self.device)  # poison: every row must be written
+        self.ops.forward(q, k, v, self.regions, self.res, md, self.d ** -0.5, out)
+        out = out.cpu()
         result = {}
         for i, (name, n) in enumerate(schedule):
             r = self.reqs[name]

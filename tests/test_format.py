@@ -29,6 +29,9 @@ def test_unsupported_head_size_is_refused():
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_rotation_is_orthogonal_and_fixed(d):
+    x = torch.randn(5, d)
+    assert torch.allclose(fmt.unrotate(fmt.rotate(x)), x, atol=1e-5)
+    assert torch.equal(fmt.rotation_pm1(d).abs(), torch.ones(d, d))
     r = fmt.rotation(d)
     assert torch.allclose(r @ r.T, torch.eye(d), atol=1e-6)
     # Entries are +-1/sqrt(d): a Hadamard matrix with a sign pattern, the same on every machine.
@@ -75,21 +78,25 @@ def test_page_round_trip(dtype, d):
     regions = fmt.encode_blocks(k, v)
     assert regions.dtype == torch.uint8 and regions.shape == (2, 3, fmt.PageLayout(d).region_bytes)
     kq, vq = fmt.decode_blocks(regions, d, dtype)
-    kc, ks, km = fmt.quantize_keys(k)
-    vc, vs = fmt.quantize_values(v)
+    kr, vr = fmt.rotate(k), fmt.rotate(v)  # pages hold the rotated basis
+    kc, ks, km = fmt.quantize_keys(kr)
+    vc, vs = fmt.quantize_values(vr)
     expect_k = fmt.dequantize_keys(kc, ks.half().float(), km.half().float())
-    expect_k[..., 0, :] = k[..., 0, :].to(fmt.first_key_dtype(dtype)).float()
+    expect_k[..., 0, :] = kr[..., 0, :].to(fmt.first_key_dtype(dtype)).float()
     assert torch.equal(kq, expect_k)
     assert torch.equal(vq, fmt.dequantize_values(vc, vs.half().float()))
 
 
 def test_constant_channel_is_reproduced():
-    k = torch.full((1, 1, 128, 64), 3.0)
-    k[..., 5] = -1.25  # another constant channel
-    v = torch.full((1, 1, 128, 64), 0.0)
-    kq, vq = fmt.fake_quantize_blocks(k, v)
-    assert torch.allclose(kq, k, atol=3e-3)  # fp16 grid at 3.0 is 2e-3
-    assert torch.equal(vq, v)  # zero range: scale 0, exact
+    # Every token the same: every (rotated) channel is constant over the block (zero range).
+    tok = torch.randn(64)
+    k = tok.expand(1, 1, 128, 64).clone()
+    codes, scale, mn = fmt.quantize_keys(k)
+    assert torch.allclose(fmt.dequantize_keys(codes, scale, mn), k, atol=2e-3)  # fp16 grid of the min
+    kq, vq = fmt.fake_quantize_blocks(k, torch.zeros(1, 1, 128, 64))
+    assert torch.allclose(kq[..., 1:, :], fmt.rotate(k)[..., 1:, :], atol=2e-3)
+    assert torch.allclose(kq[..., 0, :], fmt.rotate(k)[..., 0, :], rtol=4e-3)  # first key: bf16 of fp32
+    assert torch.equal(vq, torch.zeros(1, 1, 128, 64))  # zero range: scale 0, exact
 
 
 def test_outlier_channel_does_not_degrade_other_channels():
@@ -120,21 +127,39 @@ def test_non_finite_poisons_its_group_only(bad):
     v = torch.randn(1, 1, 128, 64, generator=g)
     k[0, 0, 10, 3] = bad  # key group = (block, channel 3)
     v[0, 0, 20, 5] = bad  # value group = token 20
-    kq, vq = fmt.fake_quantize_blocks(k, v)
+    codes, scale, mn = fmt.quantize_keys(k)
+    kq = fmt.dequantize_keys(codes, scale, mn)
     assert torch.isnan(kq[0, 0, 1:, 3]).all()
     others = torch.ones(64, dtype=torch.bool)
     others[3] = False
     assert torch.isfinite(kq[0, 0][:, others]).all()
+    vc, vs = fmt.quantize_values(v)
+    vq = fmt.dequantize_values(vc, vs)
     assert torch.isnan(vq[0, 0, 20]).all()
     assert torch.isfinite(vq[0, 0, :20]).all() and torch.isfinite(vq[0, 0, 21:]).all()
+
+
+def test_non_finite_in_a_page():
+    # In a page the rotation mixes a token's channels: a bad key element poisons its block's keys
+    # (all channels, first key excepted), a bad value element poisons its token's value.
+    g = torch.Generator().manual_seed(5)
+    k = torch.randn(2, 1, 128, 64, generator=g)
+    v = torch.randn(2, 1, 128, 64, generator=g)
+    k[0, 0, 10, 3] = float("nan")
+    v[1, 0, 20, 5] = float("inf")
+    kq, vq = fmt.fake_quantize_blocks(k, v)
+    assert torch.isnan(kq[0, 0, 1:]).all() and torch.isfinite(kq[0, 0, 0]).all()
+    assert torch.isfinite(kq[1]).all() and torch.isfinite(vq[0]).all()
+    assert torch.isnan(vq[1, 0, 20]).all()
+    assert torch.isfinite(vq[1, 0, :20]).all() and torch.isfinite(vq[1, 0, 21:]).all()
 
 
 def test_non_finite_first_token_stays_exact_and_out_of_statistics():
     k = torch.randn(1, 1, 128, 64)
     k[0, 0, 0, 0] = float("nan")
     kq, _ = fmt.fake_quantize_blocks(k, torch.randn(1, 1, 128, 64))
-    assert torch.isnan(kq[0, 0, 0, 0])
-    assert torch.isfinite(kq[0, 0, 1:]).all()
+    assert torch.isnan(kq[0, 0, 0]).all()  # the exact (rotated) first key carries the NaN
+    assert torch.isfinite(kq[0, 0, 1:]).all()  # and the block's statistics ignore it
 
 
 def test_nibble_packing_layout():

@@ -38,7 +38,7 @@ def test_store_matches_format(dtype, d):
     hkv, n = 2, 2 * BS + 5
     k = (torch.randn(n, hkv, d, generator=g) * 3).to(dtype)
     v = torch.randn(n, hkv, d, generator=g).to(dtype)
-    k[7, 1, 3] = float("nan")  # poisons (block 0, head 1, channel 3) only
+    k[7, 1, 3] = float("nan")  # poisons the keys of (block 0, head 1) only
     regions = torch.zeros(8, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8, device=DEVICE)
     res = torch.zeros(2, 2, hkv, BS, d, dtype=dtype, device=DEVICE)
 
@@ -57,13 +57,21 @@ def test_store_matches_format(dtype, d):
     regions = regions.cpu()
     got = regions[[5, 2]]
     lay = fmt.PageLayout(d)
-    # scales, mins and first keys: bit-identical
-    assert torch.equal(got[..., lay.v_scale:], expect[..., lay.v_scale:])
-    # codes: identical except where FMA contraction rounds a tie the other way
+    # The kernel rotates with its own fp32 summation order, so values may differ in the last bits:
+    # codes may flip by one at rounding ties, scales and mins by one fp16 ulp.
     codes_got, codes_exp = got[..., :lay.v_scale], expect[..., :lay.v_scale]
-    assert (codes_got != codes_exp).float().mean() < 1e-3
+    assert (codes_got != codes_exp).float().mean() < 0.02
     kq, vq = fmt.decode_blocks(got, d, dtype)
-    assert torch.isnan(kq[0, 1, 1:, 3]).all() and torch.isfinite(kq[1]).all()
+    kq_e, vq_e = fmt.decode_blocks(expect, d, dtype)
+    ks = got[..., lay.k_scale:lay.k_min].contiguous().view(torch.float16).float()  # [2, Hkv, D]
+    vs = got[..., lay.v_scale:lay.k_scale].contiguous().view(torch.float16).float()  # [2, Hkv, BS]
+    finite = torch.isfinite(kq_e[..., 1:, :])
+    assert ((kq - kq_e).abs()[..., 1:, :] <= ks.unsqueeze(-2) * 1.01 + 1e-3)[finite].all()
+    # the exact first key: one 16-bit rounding of a slightly different fp32 value
+    assert torch.allclose(kq[..., 0, :], kq_e[..., 0, :], rtol=1 / 64, atol=1e-3)
+    assert ((vq - vq_e).abs() <= vs.unsqueeze(-1) * 1.01 + 1e-3).all()
+    assert torch.isnan(kq[0, 1, 1:]).all() and torch.isfinite(kq[1]).all()  # NaN poisons block 0 of head 1
+    assert torch.isfinite(kq[0, 0]).all()
     assert regions[[0, 1, 3, 4, 6]].eq(0).all()  # nothing else written
 
 
@@ -138,17 +146,16 @@ def test_decode_step_replays_in_a_cuda_graph():
     seq = torch.zeros(3, dtype=torch.int32, device="cuda")
     bt = torch.zeros(3, width, dtype=torch.int32, device="cuda")
     slots = torch.zeros(3, dtype=torch.int32, device="cuda")
-    q = torch.zeros(3, hq, d, device="cuda")
+    q = torch.zeros(3, hq, d, dtype=dtype, device="cuda")
     k = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
     v = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
-    out = torch.zeros(3, hq, d, device="cuda")
+    out = torch.zeros(3, hq, d, dtype=dtype, device="cuda")
     cpu = torch.arange(4, dtype=torch.int32)
     md = S4KVMetadata(3, 3, 1, 4096, qsl, seq, bt, slots, cpu, torch.full((3,), 4096, dtype=torch.int32),
                       torch.zeros(3, dtype=torch.int32))
     plan_launch(md, hkv, num_sms=torch.cuda.get_device_properties(0).multi_processor_count, uniform_decode=True)
 
     def fill():
-        r = e.r.cuda()
         for i, (name, _) in enumerate(sched):
             req = e.reqs[name]
             p = req["done"]
@@ -157,9 +164,9 @@ def test_decode_step_replays_in_a_cuda_graph():
             seq[i] = p + 1
             bt[i, :len(req["blocks"])] = torch.tensor(req["blocks"], dtype=torch.int32)
             slots[i] = req["slot"]
-            q[i] = req["q"][p].cuda().float() @ r
-            k[i] = fmt.rotate(req["k"][p].cuda(), r)
-            v[i] = fmt.rotate(req["v"][p].cuda(), r)
+            q[i] = req["q"][p].cuda()
+            k[i] = req["k"][p].cuda()
+            v[i] = req["v"][p].cuda()
 
     fill()
     s = torch.cuda.Stream()
@@ -174,7 +181,7 @@ def test_decode_step_replays_in_a_cuda_graph():
         fill()
         graph.replay()
         torch.cuda.synchronize()
-        got = out @ e.r.cuda().T
+        got = out.float()
         for i, (name, _) in enumerate(sched):
             req = e.reqs[name]
             p = req["done"]

@@ -53,7 +53,6 @@ class S4KVAttentionImpl(AttentionImpl):
         self.num_slots = max_num_seqs + 1
         residual.slot_table(max_num_seqs)  # created here, where the engine config is known
         self.residual: torch.Tensor | None = None
-        self._rotation: torch.Tensor | None = None
 
     def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
         # Allocated while the model loads, so vLLM's memory profiling counts it before it sizes the
@@ -63,7 +62,6 @@ class S4KVAttentionImpl(AttentionImpl):
     def _allocate(self, dtype: torch.dtype, device: torch.device) -> None:
         self.residual = torch.zeros(self.num_slots, 2, self.num_kv_heads, fmt.BLOCK_SIZE, self.head_size,
                                     dtype=dtype, device=device)
-        self._rotation = fmt.rotation(self.head_size, device=device)
         self._ops = _select_ops(device)
         if device.type == "cuda":
             from s4kv.kernels.decode import DecodeWorkspace
@@ -83,14 +81,11 @@ class S4KVAttentionImpl(AttentionImpl):
             self._allocate(query.dtype, query.device)
         n = attn_metadata.num_actual_tokens
         out = output.view(-1, self.num_heads, self.head_size)
-        r = self._rotation
-        q_rot = query[:n].view(n, self.num_heads, self.head_size).float() @ r
-        k_rot = fmt.rotate(key[:n].view(n, self.num_kv_heads, self.head_size), r)
-        v_rot = fmt.rotate(value[:n].view(n, self.num_kv_heads, self.head_size), r)
+        q = query[:n].view(n, self.num_heads, self.head_size)
+        k = key[:n].view(n, self.num_kv_heads, self.head_size)
+        v = value[:n].view(n, self.num_kv_heads, self.head_size)
         regions = kv_cache.flatten(2)  # [num_blocks, Hkv, region_bytes]; each region contiguous
-        out_rot = torch.empty_like(q_rot)
-        self._ops.forward(q_rot, k_rot, v_rot, regions, self.residual, attn_metadata, self.scale, out_rot)
-        out[:n] = (out_rot @ r.T).to(out.dtype)
+        self._ops.forward(q, k, v, regions, self.residual, attn_metadata, self.scale, out)
         return output
 
 

@@ -13,12 +13,11 @@ from s4kv.kernels.prefill import prefill_attention
 from s4kv.kernels.store import append_tail, store_blocks
 
 
-def forward(q_rot: torch.Tensor, k_rot: torch.Tensor, v_rot: torch.Tensor, regions: torch.Tensor,
-            res: torch.Tensor, md, scale: float, out_rot: torch.Tensor, store: bool = True) -> None:
-    q = q_rot.to(k_rot.dtype)
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Tensor,
+            res: torch.Tensor, md, scale: float, out: torch.Tensor, store: bool = True) -> None:
     if store:
-        store_blocks(k_rot, v_rot, res, regions, md, md.max_new_blocks)
-    decode_attention(q, k_rot, v_rot, res, regions, md, md.num_decodes, scale, out_rot, md.decode_splits)
-    prefill_attention(q, k_rot, v_rot, res, regions, md, md.num_decodes, scale, out_rot)
+        store_blocks(k, v, res, regions, md, md.max_new_blocks)
+    decode_attention(q, k, v, res, regions, md, md.num_decodes, scale, out, md.decode_splits)
+    prefill_attention(q, k, v, res, regions, md, md.num_decodes, scale, out)
     if store:
-        append_tail(k_rot, v_rot, res, md)
+        append_tail(k, v, res, md)

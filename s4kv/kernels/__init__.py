@@ -24,3 +24,16 @@ def dot_dtype(dtype: torch.dtype):
     if os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16:
         return tl.float32
     return _TL[dtype]
+
+
+_ROT: dict = {}
+
+
+def rotation_operand(head_size: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The +-1 rotation matrix as a kernel operand (cached per device and dtype)."""
+    from s4kv import format as fmt
+
+    key = (head_size, dtype, str(device))
+    if key not in _ROT:
+        _ROT[key] = fmt.rotation_pm1(head_size, device=device, dtype=dtype).contiguous()
+    return _ROT[key]

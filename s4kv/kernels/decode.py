@@ -2,7 +2,9 @@
 
 One program handles one (decode row, kv head, split): it walks its share of the row's quantized
 pages, loading each page once for all query heads of the kv head, and the last split also attends
-to the exact tail (the residual slot plus this step's token). Scores and values are computed
+to the exact tail (the residual slot plus this step's token). Pages are in the rotated basis, so
+the query is rotated in the kernel and the pages' part of the output rotated back before the
+split's partial result is written; exact tokens are used in the original basis. Scores and values are computed
 without dequantizing tiles: per-channel key scales are folded into the query
 (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into the probabilities
 (p @ ((c - 7.5) * s) = (p * s) @ c - 7.5 * sum(p * s)), so the inner products run on the raw
@@ -19,7 +21,8 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, tl_dtype
+from s4kv.kernels import dot_dtype, rotation_operand, tl_dtype
+from s4kv.kernels.quant import rotate_halves
 
 LOG2E = 1.4426950408889634
 
@@ -32,9 +35,9 @@ def _decode_kernel(
     cache_ptr, stride_cb, stride_ch,
     qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, SPLITS, D] fp32, [R, Hq, SPLITS, 2] fp32
-    sm_scale,
+    rot_ptr, sm_scale,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr,
-    BS: tl.constexpr, HALF: tl.constexpr,
+    BS: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
@@ -60,14 +63,21 @@ def _decode_kernel(
 
     m_i = tl.full([G_PAD], -float("inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
-    acc_lo = tl.zeros([G_PAD, HALF], tl.float32)
+    acc_lo = tl.zeros([G_PAD, HALF], tl.float32)  # from pages, rotated basis
     acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
+    accx_lo = tl.zeros([G_PAD, HALF], tl.float32)  # from exact tokens, original basis
+    accx_hi = tl.zeros([G_PAD, HALF], tl.float32)
 
     if qlen == 1:
         qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
         scale = sm_scale * 1.4426950408889634  # exp2 domain
-        q_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32) * scale
-        q_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0).to(tl.float32) * scale
+        qx_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
+        qx_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+        q_lo, q_hi = rotate_halves(qx_lo, qx_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
+        q_lo = q_lo * scale
+        q_hi = q_hi * scale
+        qs_lo = qx_lo.to(tl.float32) * scale
+        qs_hi = qx_hi.to(tl.float32) * scale
         for page in range(page_lo, page_hi):
             block_id = tl.load(block_table_ptr + row * stride_bt + page).to(tl.int64)
             region = cache_ptr + block_id * stride_cb + h * stride_ch
@@ -103,22 +113,23 @@ def _decode_kernel(
             m_i = m_new
 
         if is_last:
-            # exact tail: residual positions n_pages*BS .. p-1, then this step's token at p
+            # exact tail (original basis): residual positions n_pages*BS .. p-1, then this step's token
             tail = p - n_pages * BS  # residual tokens before p (-1: the block just completed)
             slot = tl.load(slots_ptr + row)
             rk = res_ptr + slot * stride_rs + h * stride_rh + t[:, None] * stride_rt
             rmask = (t < tail)[:, None]
-            rk_lo = tl.load(rk + c[None, :], mask=rmask, other=0.0).to(tl.float32)
-            rk_hi = tl.load(rk + HALF + c[None, :], mask=rmask, other=0.0).to(tl.float32)
-            s = tl.dot(q_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
-            s += tl.dot(q_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)))
-            s = tl.where((t < tail)[None, :], s, -float("inf"))
+            rk_lo = tl.load(rk + c[None, :], mask=rmask, other=0.0)
+            rk_hi = tl.load(rk + HALF + c[None, :], mask=rmask, other=0.0)
+            # unscaled model-dtype operands, scaled in fp32 after the product (as a 16-bit cache would)
+            s = tl.dot(qx_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
+            s += tl.dot(qx_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)))
+            s = tl.where((t < tail)[None, :], s * scale, -float("inf"))
             # this step's token (exact unless it completed its block, then it is in a page)
             has_new = tail >= 0
             nk = k_ptr + q_start * stride_kt + h * stride_kh
             nk_lo = tl.load(nk + c).to(tl.float32)
             nk_hi = tl.load(nk + HALF + c).to(tl.float32)
-            s_new = tl.sum(q_lo * nk_lo[None, :], axis=1) + tl.sum(q_hi * nk_hi[None, :], axis=1)
+            s_new = tl.sum(qs_lo * nk_lo[None, :], axis=1) + tl.sum(qs_hi * nk_hi[None, :], axis=1)
             s_new = tl.where(has_new, s_new, -float("inf"))
 
             m_new = tl.maximum(tl.maximum(m_i, tl.max(s, axis=1)), s_new)
@@ -133,12 +144,16 @@ def _decode_kernel(
             nv = v_ptr + q_start * stride_vt + h * stride_vh
             nv_lo = tl.load(nv + c).to(tl.float32)
             nv_hi = tl.load(nv + HALF + c).to(tl.float32)
-            acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) \
-                + p_new[:, None] * nv_lo[None, :]
-            acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) \
-                + p_new[:, None] * nv_hi[None, :]
+            acc_lo = acc_lo * alpha[:, None]
+            acc_hi = acc_hi * alpha[:, None]
+            accx_lo = tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) + p_new[:, None] * nv_lo[None, :]
+            accx_hi = tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) + p_new[:, None] * nv_hi[None, :]
             m_i = m_new
 
+    # back to the original basis (fp32 operands: tf32 on tensor cores)
+    acc_lo, acc_hi = rotate_halves(acc_lo, acc_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
+    acc_lo += accx_lo
+    acc_hi += accx_hi
     o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
     tl.store(o_ptr + c[None, :], acc_lo, mask=g_ok[:, None])
     tl.store(o_ptr + HALF + c[None, :], acc_hi, mask=g_ok[:, None])
@@ -147,7 +162,7 @@ def _decode_kernel(
 
 
 @triton.jit
-def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr,
+def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr,  # out: any float dtype
                    SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, D: tl.constexpr):
     row = tl.program_id(0)
     hq = tl.program_id(1)
@@ -165,7 +180,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     w = tl.where(m == -float("inf"), 0.0, tl.exp2(m - m_all))
     o = tl.load(part_o_ptr + (base + sp)[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
     out = tl.sum(o * w[:, None], axis=0) / tl.sum(l * w, axis=0)
-    tl.store(out_ptr + q_start * stride_ot + hq * stride_oh + d, out)
+    tl.store(out_ptr + q_start * stride_ot + hq * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int = 32) -> int:
@@ -208,33 +223,33 @@ class DecodeWorkspace:
         return part_o, part_ml
 
 
-def decode_attention(q_rot, k_rot, v_rot, res, regions, md, num_decodes: int, sm_scale: float,
-                     out_rot: torch.Tensor, splits: int) -> None:
-    """out_rot[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
+def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: float,
+                     out: torch.Tensor, splits: int) -> None:
+    """out[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
 
-    q_rot [T, Hq, D] (model dtype); out_rot [T, Hq, D] fp32.
+    q [T, Hq, D], k, v [T, Hkv, D] (model dtype, exact); out [T, Hq, D] (any float dtype).
     """
     if num_decodes == 0:
         return
-    hq, d = q_rot.shape[1], q_rot.shape[2]
-    hkv = k_rot.shape[1]
+    hq, d = q.shape[1], q.shape[2]
+    hkv = k.shape[1]
     group = hq // hkv
     lay = fmt.PageLayout(d)
-    part_o, part_ml = DecodeWorkspace.get(num_decodes, hq, splits, d, q_rot.device)
+    part_o, part_ml = DecodeWorkspace.get(num_decodes, hq, splits, d, q.device)
     _decode_kernel[(num_decodes, hkv, splits)](
-        q_rot, q_rot.stride(0), q_rot.stride(1),
-        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        q, q.stride(0), q.stride(1),
+        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
-        part_o, part_ml, sm_scale,
+        part_o, part_ml, rotation_operand(d, q.dtype, q.device), sm_scale,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), SPLITS=splits,
-        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q_rot.dtype)),
-        DOT_DTYPE=dot_dtype(q_rot.dtype),
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+        DOT_DTYPE=dot_dtype(q.dtype),
     )
     _reduce_kernel[(num_decodes, hq)](
-        part_o, part_ml, out_rot, out_rot.stride(0), out_rot.stride(1), md.query_start_loc,
+        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc,
         SPLITS=splits, SPLITS_PAD=triton.next_power_of_2(splits), D=d,
     )

@@ -3,17 +3,21 @@
 One program handles BLOCK_M consecutive queries of one row and one query head. It first walks
 the quantized pages any of its queries may read (blocks before floor((p+1)/BS)*BS), then the exact
 tokens after the earliest query's boundary: those before the chunk come from the row's residual
-slot, those inside the chunk from this step's K/V. Per (query, key) masks implement causality and
+slot, those inside the chunk from this step's K/V (original basis; pages are rotated, so the
+query is rotated for them and their share of the output rotated back). Per (query, key) masks implement causality and
 the position rule of ``s4kv.format`` exactly, including the block that completes inside the chunk
 (read quantized by queries after its last token, exact by those before).
 """
+
+import math
 
 import torch
 import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, tl_dtype
+from s4kv.kernels import dot_dtype, rotation_operand, tl_dtype
+from s4kv.kernels.quant import rotate_halves
 
 
 @triton.jit
@@ -25,9 +29,9 @@ def _prefill_kernel(
     qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
     tile_rows_ptr, tile_starts_ptr,  # per program: batch row and first query offset in the row
     out_ptr, stride_ot, stride_oh,
-    sm_scale,
+    rot_ptr, sm_scale,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BS: tl.constexpr, HALF: tl.constexpr,
+    BS: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
@@ -50,13 +54,18 @@ def _prefill_kernel(
     t = tl.arange(0, BS)
     scale = sm_scale * 1.4426950408889634
     qrow = q_ptr + (q_start + mi)[:, None] * stride_qt + hq * stride_qh
-    q_lo = tl.load(qrow + c[None, :], mask=q_ok[:, None], other=0.0).to(tl.float32) * scale
-    q_hi = tl.load(qrow + HALF + c[None, :], mask=q_ok[:, None], other=0.0).to(tl.float32) * scale
+    qx_lo = tl.load(qrow + c[None, :], mask=q_ok[:, None], other=0.0)  # original basis, model dtype
+    qx_hi = tl.load(qrow + HALF + c[None, :], mask=q_ok[:, None], other=0.0)
+    q_lo, q_hi = rotate_halves(qx_lo, qx_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
+    q_lo = q_lo * scale  # rotated, pre-scaled: meets the pages
+    q_hi = q_hi * scale
 
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc_lo = tl.zeros([BLOCK_M, HALF], tl.float32)
+    acc_lo = tl.zeros([BLOCK_M, HALF], tl.float32)  # from pages, rotated basis
     acc_hi = tl.zeros([BLOCK_M, HALF], tl.float32)
+    accx_lo = tl.zeros([BLOCK_M, HALF], tl.float32)  # from exact tokens, original basis
+    accx_hi = tl.zeros([BLOCK_M, HALF], tl.float32)
 
     last_q = ctx + tl.minimum(m0 + BLOCK_M, qlen) - 1
     n_pages = (last_q + 1) // BS
@@ -110,10 +119,10 @@ def _prefill_kernel(
             tl.load(nk + c[None, :], mask=from_new[:, None], other=0.0)
         k_hi = tl.load(rk + HALF + c[None, :], mask=from_res[:, None], other=0.0) + \
             tl.load(nk + HALF + c[None, :], mask=from_new[:, None], other=0.0)
-        s = tl.dot(q_lo.to(DOT_DTYPE), tl.trans(k_lo.to(DOT_DTYPE)))
-        s += tl.dot(q_hi.to(DOT_DTYPE), tl.trans(k_hi.to(DOT_DTYPE)))
+        s = tl.dot(qx_lo.to(DOT_DTYPE), tl.trans(k_lo.to(DOT_DTYPE)))
+        s += tl.dot(qx_hi.to(DOT_DTYPE), tl.trans(k_hi.to(DOT_DTYPE)))
         visible = (key_pos[None, :] >= boundary[:, None]) & (key_pos[None, :] <= pos_q[:, None])
-        s = tl.where(visible, s, -float("inf"))
+        s = tl.where(visible, s * scale, -float("inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -126,19 +135,26 @@ def _prefill_kernel(
             tl.load(nv + c[None, :], mask=from_new[:, None], other=0.0)
         v_hi = tl.load(rv + HALF + c[None, :], mask=from_res[:, None], other=0.0) + \
             tl.load(nv + HALF + c[None, :], mask=from_new[:, None], other=0.0)
-        acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), v_lo.to(DOT_DTYPE))
-        acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), v_hi.to(DOT_DTYPE))
+        acc_lo = acc_lo * alpha[:, None]
+        acc_hi = acc_hi * alpha[:, None]
+        accx_lo = accx_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), v_lo.to(DOT_DTYPE))
+        accx_hi = accx_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), v_hi.to(DOT_DTYPE))
         m_i = m_new
 
+    acc_lo, acc_hi = rotate_halves(acc_lo, acc_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
+    acc_lo += accx_lo
+    acc_hi += accx_hi
     o = out_ptr + (q_start + mi)[:, None] * stride_ot + hq * stride_oh
     l_safe = tl.where(q_ok, l_i, 1.0)[:, None]  # padding queries see no key
-    tl.store(o + c[None, :], acc_lo / l_safe, mask=q_ok[:, None])
-    tl.store(o + HALF + c[None, :], acc_hi / l_safe, mask=q_ok[:, None])
+    odt = out_ptr.dtype.element_ty
+    tl.store(o + c[None, :], (acc_lo / l_safe).to(odt), mask=q_ok[:, None])
+    tl.store(o + HALF + c[None, :], (acc_hi / l_safe).to(odt), mask=q_ok[:, None])
 
 
-def prefill_attention(q_rot, k_rot, v_rot, res, regions, md, first_row: int, sm_scale: float,
-                      out_rot: torch.Tensor, block_m: int = 64, block_n: int = 64) -> None:
-    """out_rot for the rows first_row.. (any query lengths). Host-side tiling from CPU metadata."""
+def prefill_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float,
+                      out: torch.Tensor, block_m: int = 64, block_n: int = 64) -> None:
+    """out for the rows first_row.. (any query lengths). q, k, v exact (model dtype); host-side
+    tiling from the CPU metadata."""
     num_reqs = md.num_reqs
     if first_row >= num_reqs:
         return
@@ -150,24 +166,24 @@ def prefill_attention(q_rot, k_rot, v_rot, res, regions, md, first_row: int, sm_
             starts.append(m0)
     if not rows:
         return
-    dev = q_rot.device
+    dev = q.device
     tile_rows = torch.tensor(rows, dtype=torch.int32).to(dev, non_blocking=True)
     tile_starts = torch.tensor(starts, dtype=torch.int32).to(dev, non_blocking=True)
-    hq, d = q_rot.shape[1], q_rot.shape[2]
-    hkv = k_rot.shape[1]
+    hq, d = q.shape[1], q.shape[2]
+    hkv = k.shape[1]
     lay = fmt.PageLayout(d)
     _prefill_kernel[(len(rows), hq)](
-        q_rot, q_rot.stride(0), q_rot.stride(1),
-        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        q, q.stride(0), q.stride(1),
+        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
         tile_rows, tile_starts,
-        out_rot, out_rot.stride(0), out_rot.stride(1),
-        sm_scale,
+        out, out.stride(0), out.stride(1),
+        rotation_operand(d, q.dtype, q.device), sm_scale,
         GROUP=hq // hkv, BLOCK_M=block_m, BLOCK_N=block_n,
-        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q_rot.dtype)),
-        DOT_DTYPE=dot_dtype(q_rot.dtype),
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+        DOT_DTYPE=dot_dtype(q.dtype),
     )

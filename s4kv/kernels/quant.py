@@ -42,3 +42,30 @@ def saturate(x):
 @triton.jit
 def safe_inverse(s):
     return tl.where(s > 0, 1.0 / tl.where(s > 0, s, 1.0), 0.0)
+
+
+@triton.jit
+def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                  TRANSPOSE: tl.constexpr):
+    """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D).
+
+    r_ptr points at the +-1 matrix [D, D] (row-major, any float dtype: +-1 is exact), so the
+    products are exact and only the fp32 accumulation rounds. Returns fp32 halves.
+    """
+    i = tl.arange(0, HALF)
+    d = 2 * HALF
+    if TRANSPOSE:  # tile (a, b) of R^T is R[b, a]^T
+        r00 = tl.load(r_ptr + i[None, :] * d + i[:, None])
+        r01 = tl.load(r_ptr + (HALF + i[None, :]) * d + i[:, None])
+        r10 = tl.load(r_ptr + i[None, :] * d + HALF + i[:, None])
+        r11 = tl.load(r_ptr + (HALF + i[None, :]) * d + HALF + i[:, None])
+    else:
+        r00 = tl.load(r_ptr + i[:, None] * d + i[None, :])
+        r01 = tl.load(r_ptr + i[:, None] * d + HALF + i[None, :])
+        r10 = tl.load(r_ptr + (HALF + i[:, None]) * d + i[None, :])
+        r11 = tl.load(r_ptr + (HALF + i[:, None]) * d + HALF + i[None, :])
+    a = x_lo.to(OP_DTYPE)
+    b = x_hi.to(OP_DTYPE)
+    y_lo = tl.dot(a, r00.to(OP_DTYPE)) + tl.dot(b, r10.to(OP_DTYPE))
+    y_hi = tl.dot(a, r01.to(OP_DTYPE)) + tl.dot(b, r11.to(OP_DTYPE))
+    return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D

@@ -6,17 +6,19 @@ attention :func:`append_tail` writes this step's tokens of the new incomplete bl
 (The tail write must wait for attention: in a chunk that completes a block, queries before the
 block's end still read the old residual tokens exact.)
 
-All tensors are in the rotated basis. Page regions are addressed through the cache tensor's
+K/V arrive exact (model dtype); the store rotates them into the pages' basis. Page regions are addressed through the cache tensor's
 block and head strides, so any vLLM layout whose (token, byte) dims are innermost works.
 """
+
+import math
 
 import torch
 import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import tl_dtype
-from s4kv.kernels.quant import fp16_down, fp16_up, safe_inverse, saturate
+from s4kv.kernels import dot_dtype, rotation_operand, tl_dtype
+from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 
 
 @triton.jit
@@ -25,7 +27,8 @@ def _store_blocks_kernel(
     res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
     cache_ptr, stride_cb, stride_ch,  # pages, uint8
     qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
-    BS: tl.constexpr, HALF: tl.constexpr,
+    rot_ptr,  # the +-1 rotation [D, D]
+    BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
 ):
@@ -66,10 +69,14 @@ def _store_blocks_kernel(
     block_id = tl.load(block_table_ptr + row * stride_bt + b).to(tl.int64)
     region = cache_ptr + block_id * stride_cb + h * stride_ch
 
+    # Pages hold the rotated basis
+    k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
+    v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
+
     # Exact first key (before any saturation)
     first_row = t[:, None] == 0
-    fk_lo = tl.sum(tl.where(first_row, k_lo.to(tl.float32), 0.0), axis=0)
-    fk_hi = tl.sum(tl.where(first_row, k_hi.to(tl.float32), 0.0), axis=0)
+    fk_lo = tl.sum(tl.where(first_row, k_lo, 0.0), axis=0)
+    fk_hi = tl.sum(tl.where(first_row, k_hi, 0.0), axis=0)
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
     tl.store(fk_ptr + c, fk_lo.to(FIRST_KEY_DTYPE))
     tl.store(fk_ptr + HALF + c, fk_hi.to(FIRST_KEY_DTYPE))
@@ -140,37 +147,38 @@ def _append_tail_kernel(
     tl.store(dst + stride_rkv, vv, mask=m)
 
 
-def store_blocks(k_rot, v_rot, res, regions, md, max_new_blocks: int) -> None:
+def store_blocks(k, v, res, regions, md, max_new_blocks: int) -> None:
     """Quantize the blocks this step completes into their pages.
 
-    k_rot, v_rot [T, Hkv, D] (model dtype); res [S, 2, Hkv, BS, D]; regions [num_blocks, Hkv,
+    k, v [T, Hkv, D] (model dtype); res [S, 2, Hkv, BS, D]; regions [num_blocks, Hkv,
     region_bytes] uint8 view; ``max_new_blocks``: the most blocks any row completes (host value).
     """
     num_reqs = md.num_reqs
     if num_reqs == 0 or max_new_blocks <= 0:
         return
-    hkv, d = k_rot.shape[1], k_rot.shape[2]
+    hkv, d = k.shape[1], k.shape[2]
     lay = fmt.PageLayout(d)
     assert regions.stride(2) == 1
     _store_blocks_kernel[(num_reqs, hkv, max_new_blocks)](
-        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
-        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        rotation_operand(d, k.dtype, k.device),
+        BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype), INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k_rot.dtype)),
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
     )
 
 
-def append_tail(k_rot, v_rot, res, md, tile: int = 16) -> None:
+def append_tail(k, v, res, md, tile: int = 16) -> None:
     """Write this step's tokens of each row's incomplete last block into its residual slot."""
     num_reqs = md.num_reqs
     if num_reqs == 0:
         return
-    hkv, d = k_rot.shape[1], k_rot.shape[2]
+    hkv, d = k.shape[1], k.shape[2]
     _append_tail_kernel[(num_reqs, hkv, fmt.BLOCK_SIZE // tile)](
-        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         md.query_start_loc, md.seq_lens, md.slots,
         BS=fmt.BLOCK_SIZE, D=d, TILE=tile,
