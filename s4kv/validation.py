@@ -177,7 +177,8 @@ def facts_from_vllm_config(vllm_config) -> tuple[ModelFacts, EngineFacts]:
     e = EngineFacts(
         platform=platform,
         device_capability=capability,
-        block_size=getattr(cache, "block_size", None),
+        # Only a size the user asked for: otherwise vLLM picks the backend's size (128) later.
+        block_size=cache.block_size if getattr(cache, "user_specified_block_size", False) else None,
         speculative=vllm_config.speculative_config is not None,
         kv_transfer=vllm_config.kv_transfer_config is not None,
         kv_offloading=bool(getattr(cache, "kv_offloading_size", None)),

@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-FP16_MAX = 65504.0
+FP16_MAX = tl.constexpr(65504.0)
 
 
 @triton.jit

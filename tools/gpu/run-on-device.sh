@@ -34,6 +34,7 @@ step() {  # step NAME CMD...: run, log, remember failures, keep going
 for s in "$@"; do
   case $s in
     patch)  # the same series application as the wheel build (forklayer), onto the installed vLLM
+      command -v git >/dev/null || echo "no git binary on this machine: forklayer apply needs it"
       step patch python3 -m forklayer apply --vllm 0.24.0 --target /tmp/site ;;
     tests)
       step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_format.py \
