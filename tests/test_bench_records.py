@@ -98,3 +98,18 @@ def test_reference_is_first_ok_auto():
             testing.record("capacity", "auto")]
     assert records.reference(recs, "quality") is None
     assert records.reference(recs, "capacity") is recs[2]
+
+
+LOG_FAIL = """(Worker pid=1) WARNING [utils.py:597] Failed to create oneDNN linear. Exception: could not create
+(Worker pid=1) ERROR [multiproc_executor.py:1063]     raise NotImplementedError(
+(Worker pid=1) ERROR [multiproc_executor.py:1063] NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.
+(EngineCore pid=2) ERROR [core.py:1510] RuntimeError: Worker failed with error 'FP8 KV cache ...', please check
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def test_root_cause():
+    assert records.root_cause(LOG_FAIL) == ("NotImplementedError: FP8 KV cache on CPU requires x86 with "
+                                            "AVX-512 or AMX.")
+    assert records.root_cause("RuntimeError: Engine core initialization failed. See root cause above.") is None
+    assert records.root_cause("all fine") is None

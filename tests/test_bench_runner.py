@@ -35,13 +35,15 @@ def test_runs_each_in_a_worker_and_writes_jsonl(tmp_path, capsys):
 
 
 def test_crash_fail_and_timeout(tmp_path, capsys):
-    behaviour = {"FAKE_BEHAVIOUR": {"auto": "crash", "fp8": "fail", "int4_kivi": "hang"}}
-    runs = [runner.Run("quality", kv, behaviour) for kv in ("auto", "fp8", "int4_kivi")]
+    behaviour = {"FAKE_BEHAVIOUR": {"auto": "crash", "fp8": "fail", "int4_kivi": "hang", "nvfp4": "enginefail"}}
+    runs = [runner.Run("quality", kv, behaviour) for kv in ("auto", "fp8", "int4_kivi", "nvfp4")]
     recs = _execute(tmp_path, runs, timeout=3)
-    assert [r["status"] for r in recs] == ["failed"] * 3
+    assert [r["status"] for r in recs] == ["failed"] * 4
     assert "exited with code 3" in recs[0]["reason"] and "Traceback: boom" in recs[0]["reason"]
     assert recs[1]["reason"] == "RuntimeError: engine said no"
     assert recs[2]["reason"] == "timed out after 3 s"
+    assert recs[3]["reason"].startswith("NotImplementedError: not on this CPU (root cause, from the log; raised as: "
+                                        "RuntimeError: Engine core initialization failed.")
     assert all(records.validate(r) == [] for r in recs)
 
 

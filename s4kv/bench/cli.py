@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the saturated mode: as many sequences as the KV cache holds")
     g.add_argument("--saturate-contexts", type=_ints, default=None, help="contexts of the saturated mode "
                    "(default: --contexts)")
+    g.add_argument("--saturate-repeats", type=int, default=1,
+                   help="timed repeats in the saturated mode (each prefills the whole KV cache twice)")
     g.add_argument("--max-num-seqs", type=int, default=1024,
                    help="speed engine's max_num_seqs (caps the saturated batch)")
     g.add_argument("--allow-cpu-speed", action="store_true", help="run speed on CPU too (smoke test)")
@@ -156,6 +158,7 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
             sat = (args.saturate_contexts or args.contexts) if args.saturate else []
             params = {**common, "pairs": [[c, b] for c, b in zip(args.contexts, batches)],
                       "saturate_contexts": sat, "new_tokens": args.new_tokens, "repeats": args.repeats,
+                      "saturate_repeats": args.saturate_repeats,
                       "max_num_seqs": max([args.max_num_seqs if sat else 0] + batches),
                       "max_model_len": max(args.contexts + sat) + args.new_tokens + 1}
         else:

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 
 from matplotlib import pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from s4kv.bench import records, report
 
@@ -40,6 +41,7 @@ def capacity_figure(recs: list[dict]) -> Figure | None:
         ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                     fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_ylabel("KV cache capacity (tokens)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     ax.set_ylim(0, max(values) * 1.22)
     p = ok[0]["params"]
     mem = (f"{p['kv_cache_bytes'] / (1 << 30):g} GiB KV" if p.get("kv_cache_bytes")
@@ -71,6 +73,7 @@ def speed_figure(recs: list[dict]) -> Figure | None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("decode tok/s")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     ax.set_title(f"Decode throughput vs context\n{_title(recs)}", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

@@ -101,6 +101,22 @@ def parse_capacity_log(text: str) -> dict:
     return out
 
 
+_RE_EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)$")
+_GENERIC = ("Engine core initialization failed", "Worker failed with error")
+
+
+def root_cause(text: str) -> str | None:
+    """The first exception line of a vLLM log that is not one of vLLM's wrappers ("Engine core
+    initialization failed", "Worker failed with error ...") and not in a WARNING line."""
+    for line in text.splitlines():
+        if "WARNING" in line:
+            continue
+        m = _RE_EXC.search(line)
+        if m and not m.group(2).startswith(_GENERIC):
+            return f"{m.group(1)}: {m.group(2).strip()}"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # comparisons with auto
 

@@ -131,6 +131,15 @@ def fill_capacity_from_log(rec: dict, log_path: Path | None) -> None:
         m["max_concurrency"] = parsed["max_concurrency"]
 
 
+def add_root_cause(rec: dict, log_path: Path | None) -> None:
+    """A failed engine says "see root cause above": put the root cause from the log in the reason."""
+    if rec["status"] != "failed" or not log_path or not log_path.is_file():
+        return
+    cause = records.root_cause(log_path.read_text(errors="replace"))
+    if cause and cause not in (rec["reason"] or ""):
+        rec["reason"] = f"{cause} (root cause, from the log; raised as: {rec['reason']})"
+
+
 def summary_line(rec: dict) -> str:
     """The live line printed when a record arrives."""
     head = f"{rec['measurement']:<8} {records.label(rec):<22}"
@@ -189,10 +198,12 @@ def execute(runs: list[Run], *, out: Path, model: dict, command: str, argv: list
             rec = make_record(run, result, model=model, command=command, argv=argv, started=started,
                               env=env, log=str(log_path.relative_to(out)) if log_path else None)
             fill_capacity_from_log(rec, log_path)
+            add_root_cause(rec, log_path)
             rec["vs_auto"] = records.compare(rec, records.reference(done + [rec], run.measurement))
             done.append(rec)
             records.append_jsonl(jsonl, rec)
             bar.write(summary_line(rec), file=sys.stdout)
+            sys.stdout.flush()
             bar.update(1)
     finally:
         bar.close()

@@ -2,7 +2,8 @@
 
 The fake worker (``python -m s4kv.bench.testing SPEC RESULT``) answers like the real one, from
 numbers derived from the dtype name; ``FAKE_BEHAVIOUR`` in the spec's params selects failures:
-``crash`` (exit 3 without a result), ``hang`` (sleep), ``fail`` (a failed result).
+``crash`` (exit 3 without a result), ``hang`` (sleep), ``fail`` (a failed result), ``enginefail``
+(a failed engine whose root cause is in the log).
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def fake_worker(argv: list[str]) -> int:
                           for k in spec["kv_cache_dtypes"]}}
     elif behaviour == "fail":
         res = {"status": "failed", "reason": "RuntimeError: engine said no"}
+    elif behaviour == "enginefail":
+        print("(Worker pid=1) ERROR [x.py:1] NotImplementedError: not on this CPU", file=sys.stderr)
+        res = {"status": "failed", "reason": "RuntimeError: Engine core initialization failed. See root cause above."}
     else:
         kv = spec["kv_cache_dtype"]
         rec = record(spec["kind"], kv)

@@ -197,10 +197,11 @@ def engine_kwargs(spec: dict, **extra) -> dict:
     kw = {
         "model": spec["model"],
         "kv_cache_dtype": spec["kv_cache_dtype"],
-        "max_model_len": int(p["max_model_len"]),
         "enable_prefix_caching": False,
         "seed": int(p.get("seed", 0)),
     }
+    if p.get("max_model_len"):
+        kw["max_model_len"] = int(p["max_model_len"])
     if spec.get("dummy"):
         kw.update(load_format="dummy", skip_tokenizer_init=True)
     if p.get("kv_cache_bytes"):
@@ -291,11 +292,13 @@ def _timed_generate(llm, prompts, max_tokens: int) -> tuple[float, int]:
 def time_point(llm, context: int, batch: int, new_tokens: int, repeats: int, vocab: int, seed: int) -> dict:
     """Prefill and decode throughput of `batch` random prompts of exactly `context` tokens.
 
-    After a warm-up generate of the same shapes, `repeats` times: generate(max_tokens=1) (prefill
+    After a warm-up generate at this context, `repeats` times: generate(max_tokens=1) (prefill
     + first token) and generate(max_tokens=N+1) (the same + N decode steps); prefix caching is
     off, so both prefill. Medians of each; decode = batch*N / (t(N+1) - t(1))."""
     prompts = _random_prompts(batch, context, vocab, seed)
-    _timed_generate(llm, prompts, 2)  # warm-up, excluded
+    # Warm-up, excluded: the shapes of this context (kernels, autotuning); a few sequences suffice
+    # (CUDA graphs of every decode batch size are captured at startup).
+    _timed_generate(llm, prompts[:8], 2)
     t1s, tns, short = [], [], 0
     for _ in range(repeats):
         t1, s1 = _timed_generate(llm, prompts, 1)
@@ -319,7 +322,13 @@ def run_speed(spec: dict) -> dict:
     n = int(p["new_tokens"])
     pairs = [tuple(x) for x in p.get("pairs") or []]
     sat = [int(c) for c in p.get("saturate_contexts") or []]
+    conf = model_config(spec["model"])
+    long_ok = int(p["max_model_len"]) > int(conf.get("max_position_embeddings") or 1 << 30)
+    if long_ok:
+        # contexts up to the model's limit plus the generated tokens: allowed for timing
+        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
     llm, engine = start_engine(spec, max_num_seqs=int(p["max_num_seqs"]))
+    engine["max_model_len_over_model_limit"] = long_ok
     cap = kv_capacity(llm)
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
     points = []
@@ -336,7 +345,8 @@ def run_speed(spec: dict) -> dict:
             points.append({"mode": "saturated", "context": ctx, "batch": 0, "new_tokens": n,
                            "error": "the KV cache holds no sequence of this length"})
             continue
-        pt = time_point(llm, ctx, batch, n, int(p["repeats"]), vocab, seed=2000 + i)
+        pt = time_point(llm, ctx, batch, n, int(p.get("saturate_repeats") or p["repeats"]), vocab,
+                        seed=2000 + i)
         pt.update(mode="saturated", capped_by_max_num_seqs=capped)
         points.append(pt)
         print(f"[s4kv.bench.worker] speed {json.dumps(pt)}", file=sys.stderr, flush=True)
