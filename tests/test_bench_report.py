@@ -75,3 +75,12 @@ def test_nothing_to_plot(tmp_path):
     assert plots.speed_figure(recs) is None
     md = report.markdown(recs)
     assert "## Not measured" in md and "## Capacity" not in md
+
+
+def test_no_preflight_override_is_flagged():
+    recs = [testing.record("quality", "auto"), testing.record("quality", "turboquant_4bit_nc")]
+    recs[1]["preflight"] = {"status": "refused", "reason": "CPU_ATTN does not support it", "backend": "CPU_ATTN"}
+    md = report.markdown(testing.records_with_comparisons(recs))
+    assert "**run with --no-preflight**: `turboquant_4bit_nc`" in md
+    assert "## Not supported here" in md and "| `turboquant_4bit_nc` | CPU_ATTN does not support it |" in md
+    assert "noise floor" not in md

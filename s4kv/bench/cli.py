@@ -182,8 +182,9 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
     return runs
 
 
-def preflight(model: dict, kvs: list[str], out: Path, timeout: float) -> dict:
-    spec = {"kind": "preflight", "model": model["path"], "dummy": model["dummy"], "kv_cache_dtypes": kvs}
+def preflight(model: dict, kvs: list[str], out: Path, timeout: float, model_dtype: str | None = None) -> dict:
+    spec = {"kind": "preflight", "model": model["path"], "dummy": model["dummy"], "kv_cache_dtypes": kvs,
+            "model_dtype": model_dtype}
     result, log = runner.run_worker(spec, out, "preflight", timeout)
     if result.get("status") != "ok":
         raise SystemExit(f"preflight failed: {result.get('reason')} (log: {log})")
@@ -220,17 +221,19 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"s4kv bench {args.what}: model {model['name']} ({model['path']}){' [dummy]' if model['dummy'] else ''}"
           f", kv {','.join(kvs)} -> {out}", flush=True)
-    pre = preflight(model, kvs, out, args.timeout)
+    pre = preflight(model, kvs, out, args.timeout, dict(args.engine_arg).get("dtype"))
     env, platform = pre["env"], pre["env"]["platform"]
     print(f"platform {platform}: {env['device']}; vLLM {env.get('vllm')} ({env.get('vllm_dist')}), "
           f"torch {env.get('torch')}", flush=True)
     status = {} if args.no_preflight else pre["dtypes"]
     for kv, st in pre["dtypes"].items():
-        if st["status"] != "ok":
+        if st["status"] != "ok" or st["reason"]:
             print(f"  {kv}: {st['status']}: {st['reason']}" + (" (ignored: --no-preflight)" if args.no_preflight
                                                                else ""), flush=True)
     runs = plan(args, platform=platform, dtype_status=status, dummy=model["dummy"],
                 model_max_len=pre["model"].get("max_position_embeddings"))
+    for r in runs:
+        r.check = pre["dtypes"].get(r.kv_cache_dtype)
     if args.dry_run:
         for r in runs:
             print(f"  {r.id}: {'refused: ' + r.refused if r.refused else json.dumps(r.params)}")

@@ -129,7 +129,7 @@ def write_plots(recs: list[dict], out: Path) -> dict[str, str]:
         fig = make(recs)
         if fig is None:
             continue
-        fig.savefig(Path(out) / FILES[name], dpi=130)
+        fig.savefig(Path(out) / FILES[name], dpi=130, bbox_inches="tight")
         plt.close(fig)
         written[name] = FILES[name]
     return written

@@ -129,6 +129,12 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
         f" ({env.get('vllm_dist')}), torch {env.get('torch')}, s4kv {env.get('s4kv')}, "
         f"Python {env.get('python')}"),
     ]
+    overridden = [r for r in recs if r["status"] == "ok" and (r.get("preflight") or {}).get("status") == "refused"]
+    if overridden:
+        names = sorted({records.label(r) for r in overridden})
+        parts.append(f"- **run with --no-preflight**: {', '.join(f'`{n}`' for n in names)} "
+                     "would have been refused on this platform; their numbers are what the engine did anyway "
+                     "(see the reasons under *Not supported here*).")
     plots = plots or {}
     cap = capacity_table(recs)
     if cap:
@@ -166,14 +172,19 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
                   f"({m.get('scored_positions')} scored positions) through vLLM prompt logprobs with chunked "
                   f"prefill of {p.get('chunk')} tokens (later chunks read earlier ones from the KV cache); "
                   f"teacher-forced top-1 agreement with `auto` at every scored position{greedy}. "
-                  "`auto (repeat)` is a second, independent `auto` engine: the noise floor. "
-                  "First divergence: `=` means identical over all new tokens; the median counts those as "
+                  + ("`auto (repeat)` is a second, independent `auto` engine: the noise floor. "
+                     if any(r.get("repeat", 1) > 1 for r in _ok(recs, "quality")) else "")
+                  + "First divergence: `=` means identical over all new tokens; the median counts those as "
                   "the generation length."), "", qual]
         if "quality" in plots:
             parts += ["", f"![quality]({plots['quality']})"]
     bad = not_ok_table(recs)
     if bad:
         parts += ["", "## Not measured", "", bad]
+    if overridden:
+        rows = [[f"`{kv}`", (reason or "").replace("|", "\\|")] for kv, reason in
+                sorted({(r["kv_cache_dtype"], r["preflight"].get("reason")) for r in overridden})]
+        parts += ["", "## Not supported here", "", _table(["KV dtype", "preflight"], rows)]
     parts += ["", "Raw records: `results.jsonl` (one per measurement; per-position data under `raw`)."]
     return "\n".join(parts) + "\n"
 

@@ -25,6 +25,7 @@ class Run:
     params: dict
     repeat: int = 1
     refused: str | None = None  # set when refused before starting (preflight / platform)
+    check: dict | None = None  # the preflight's verdict on this dtype ({status, reason, backend})
     id: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -63,6 +64,7 @@ def run_worker(spec: dict, workdir: Path, name: str, timeout: float | None,
             raise
     if result_path.is_file():
         result = json.loads(result_path.read_text())
+        result_path.unlink()  # it goes into results.jsonl; the spec stays (re-run it by hand)
     else:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
         result = {"status": "failed",
@@ -109,6 +111,7 @@ def make_record(run: Run, result: dict, *, model: dict, command: str, argv: list
         "started": started,
         "duration_s": result.get("duration_s", 0.0),
         "log": log,
+        "preflight": run.check,
     }
     if rec["status"] != "ok" and not rec["reason"]:
         rec["reason"] = "no reason given"

