@@ -57,7 +57,7 @@ def _engine_arg(s: str) -> tuple[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="s4kv bench", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        epilog="`s4kv bench report DIR` rewrites DIR/results.md and the plots from DIR/results.jsonl.")
     ap.add_argument("what", choices=["capacity", "speed", "quality", "all"],
                     help="measurement(s); `all` = capacity + speed + quality (speed only on CUDA)")
     g = ap.add_argument_group("model and dtypes")
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random weights (load_format=dummy, no tokenizer): capacity and speed only; implied "
                         "by dummy:NAME")
     g.add_argument("--kv", default=DEFAULT_KV, type=_kvs,
-                   help="comma-separated kv-cache dtypes; `auto` (the reference) is added first if missing")
+                   help=f"comma-separated kv-cache dtypes (default {DEFAULT_KV}); `auto`, the reference, is added "
+                        "first if missing")
     g.add_argument("--engine-arg", action="append", default=[], type=_engine_arg, metavar="KEY=VALUE",
                    help="extra vllm.LLM argument for every engine (value parsed as JSON if it can be); on "
                         "CPU enforce_eager=true is the default (enforce_eager=false to compile)")
@@ -75,37 +76,38 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kv-cache-gib", type=float, default=None,
                    help="the same KV-cache memory for every dtype (kv_cache_memory_bytes); default 1 on CPU, "
                         "unset on GPU (then --gpu-memory-utilization)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.90, help="GPU, without --kv-cache-gib "
+                   "(default 0.90)")
     g.add_argument("--max-model-len", type=int, default=8192,
-                   help="capacity: max concurrency is reported at this length (capped at the model's)")
+                   help="capacity: max concurrency is reported at this length (default 8192, capped at the model's)")
     g = ap.add_argument_group("speed (CUDA)")
-    g.add_argument("--contexts", type=_ints, default=[1024, 8192, 32768], help="prompt lengths (tokens)")
+    g.add_argument("--contexts", type=_ints, default=[1024, 8192, 32768], help="prompt lengths in tokens (default 1024,8192,32768)")
     g.add_argument("--batches", type=_ints, default=[64, 32, 8],
-                   help="batch per context (same count as --contexts, or one value for all)")
-    g.add_argument("--new-tokens", type=int, default=128, help="decode tokens N per sequence")
-    g.add_argument("--repeats", type=int, default=3, help="timed repeats (median) after one warm-up")
+                   help="batch per context: as many values as --contexts, or one for all (default 64,32,8)")
+    g.add_argument("--new-tokens", type=int, default=128, help="decode tokens N per sequence (default 128)")
+    g.add_argument("--repeats", type=int, default=3, help="timed repeats, median (default 3)")
     g.add_argument("--saturate", action="store_true",
                    help="also run the saturated mode: as many sequences as the KV cache holds")
     g.add_argument("--saturate-contexts", type=_ints, default=None, help="contexts of the saturated mode "
                    "(default: --contexts)")
     g.add_argument("--saturate-repeats", type=int, default=1,
-                   help="timed repeats in the saturated mode (each prefills the whole KV cache twice)")
+                   help="timed repeats in the saturated mode, each prefilling the whole KV cache twice (default 1)")
     g.add_argument("--max-num-seqs", type=int, default=1024,
-                   help="speed engine's max_num_seqs (caps the saturated batch)")
+                   help="speed engine's max_num_seqs when saturating: caps the saturated batch (default 1024)")
     g.add_argument("--allow-cpu-speed", action="store_true", help="run speed on CPU too (smoke test)")
     g = ap.add_argument_group("quality (real weights)")
     g.add_argument("--text", default=None, help="perplexity text (default: s4kv/data/eval_text.txt)")
-    g.add_argument("--text-tokens", type=int, default=2048, help="score the first N tokens of --text")
-    g.add_argument("--chunk", type=int, default=256, help="chunked-prefill size (max_num_batched_tokens)")
+    g.add_argument("--text-tokens", type=int, default=2048, help="score the first N tokens of --text (default 2048)")
+    g.add_argument("--chunk", type=int, default=256, help="chunked-prefill chunk, max_num_batched_tokens (default 256)")
     g.add_argument("--prompts", default=None,
                    help="JSONL of {\"prompt\": ...} for greedy runs (default: s4kv/data/prompts_long.jsonl); "
                         "`none` to skip")
     g.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts (default: all)")
-    g.add_argument("--gen-tokens", type=int, default=128, help="greedy new tokens per prompt")
+    g.add_argument("--gen-tokens", type=int, default=128, help="greedy new tokens per prompt (default 128)")
     g.add_argument("--no-noise-floor", action="store_true", help="skip the second `auto` quality run")
     g = ap.add_argument_group("run")
     g.add_argument("--out", default=None, help="output dir (default: bench-results/<timestamp>)")
-    g.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    g.add_argument("--timeout", type=float, default=3600, help="seconds per worker (default 3600)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-preflight", action="store_true",
                    help="start engines even for dtypes the preflight check refuses (see what vLLM does)")

@@ -271,14 +271,11 @@ def run_capacity(spec: dict) -> dict:
 
 
 def _random_prompts(batch: int, context: int, vocab: int, seed: int) -> list:
-    import random
-
+    import numpy as np
     from vllm.inputs import TokensPrompt
 
-    rng = random.Random(seed)
-    hi = max(2, vocab - 1)
-    return [TokensPrompt(prompt_token_ids=[rng.randrange(1, hi) for _ in range(context)])
-            for _ in range(batch)]
+    ids = np.random.default_rng(seed).integers(1, max(2, vocab - 1), size=(batch, context))
+    return [TokensPrompt(prompt_token_ids=row) for row in ids.tolist()]
 
 
 def _timed_generate(llm, prompts, max_tokens: int) -> tuple[float, int]:
