@@ -58,19 +58,23 @@ def speed_figure(recs: list[dict]) -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    contexts = set()
     for i, r in enumerate(ok):
-        for mode, style in (("fixed", "-"), ("saturated", "--")):
+        for mode, style, marker in (("fixed", "-", "o"), ("saturated", "--", "s")):
             pts = sorted((p for p in r["metrics"].get("points", [])
                           if p["mode"] == mode and p.get("decode_tok_s")), key=lambda p: p["context"])
             if not pts:
                 continue
             name = records.label(r) + (" (saturated)" if mode == "saturated" else "")
-            ax.plot([p["context"] for p in pts], [p["decode_tok_s"] for p in pts], style, marker="o",
+            contexts.update(p["context"] for p in pts)
+            ax.plot([p["context"] for p in pts], [p["decode_tok_s"] for p in pts], style, marker=marker,
                     color=colors[i % len(colors)], label=name)
             for p in pts:
                 ax.annotate(f"B={p['batch']}", (p["context"], p["decode_tok_s"]), fontsize=6,
                             xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(contexts), [f"{c:,}" for c in sorted(contexts)])
+    ax.minorticks_off()
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("decode tok/s")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))

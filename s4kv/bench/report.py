@@ -151,10 +151,13 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
     if spd:
         r = _first(recs, "speed")
         p = r["params"]
+        eager = (r.get("engine") or {}).get("engine_args", {}).get("enforce_eager")
+        mode = "enforce_eager" if eager else ("CUDA graphs" if r["env"].get("platform") == "cuda"
+                                               else "vLLM's default compilation")
         parts += ["", "## Speed", "",
                   (f"Random prompts of exactly `context` tokens, {p.get('new_tokens')} decode tokens, median of "
                   f"{p.get('repeats')} repeats after a warm-up; prefix caching off, engine defaults otherwise "
-                  "(CUDA graphs). prefill tok/s = batch·context / t(max_tokens=1); decode tok/s = batch·N / "
+                  f"({mode}). prefill tok/s = batch·context / t(max_tokens=1); decode tok/s = batch·N / "
                   "(t(max_tokens=N+1) − t(max_tokens=1)). `saturated`: as many sequences as the KV cache holds "
                   "at that context."), "", spd]
         if "speed" in plots:
