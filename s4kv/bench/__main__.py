@@ -1,0 +1,5 @@
+import sys
+
+from s4kv.bench.cli import main
+
+sys.exit(main())

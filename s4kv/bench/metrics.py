@@ -1,0 +1,124 @@
+"""The numbers of `s4kv bench`, as plain functions of plain lists (no vLLM, no torch).
+
+Definitions (they are what `results.md` reports):
+
+* perplexity: ``exp(-mean(logprob))`` over the scored positions, i.e. the log-probabilities vLLM
+  returns for the actual next token at positions 1..N-1 of the first N tokens of the text
+  (position 0 has no context and no logprob).
+* teacher-forced top-1 agreement of X with `auto`: the fraction of scored positions where the
+  rank-1 token under X equals the rank-1 token under `auto` (same text, same positions).
+* free-running greedy, per prompt, X against `auto` (same prompt, same number of new tokens):
+  - identical: the two sequences are equal;
+  - token agreement: the fraction of positions i with ``x[i] == ref[i]`` (positionally, over the
+    whole generation, so tokens that coincide again after a divergence count);
+  - prefix agreement: the length of the common prefix divided by the generation length;
+  - first divergence: the first position i with ``x[i] != ref[i]``, ``None`` when identical.
+  Aggregates: number of identical sequences, mean token agreement, mean prefix agreement, the
+  list of first divergences and their median, where an identical sequence counts as its length
+  (it did not diverge within the generated tokens).
+* ratios: value(X) / value(auto); ppl delta: 100 * (ppl(X) - ppl(auto)) / ppl(auto).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+
+def perplexity(logprobs: Sequence[float]) -> float:
+    """exp of the mean negative log-likelihood of the scored positions."""
+    if not logprobs:
+        raise ValueError("perplexity of zero scored positions")
+    return math.exp(-sum(logprobs) / len(logprobs))
+
+
+def ppl_delta_pct(ppl: float, ref_ppl: float) -> float:
+    """Relative perplexity change vs the reference, in percent."""
+    return 100.0 * (ppl - ref_ppl) / ref_ppl
+
+
+def ratio(value: float | None, ref: float | None) -> float | None:
+    """value / ref, None when either is missing or ref is 0."""
+    if value is None or ref is None or ref == 0:
+        return None
+    return value / ref
+
+
+def top1_agreement(top1: Sequence[int], ref_top1: Sequence[int]) -> float:
+    """Fraction of positions whose rank-1 token equals the reference's."""
+    if len(top1) != len(ref_top1):
+        raise ValueError(f"top-1 lists differ in length: {len(top1)} vs {len(ref_top1)}")
+    if not top1:
+        raise ValueError("top-1 agreement of zero positions")
+    return sum(a == b for a, b in zip(top1, ref_top1)) / len(top1)
+
+
+def first_divergence(seq: Sequence[int], ref: Sequence[int]) -> int | None:
+    """First position where the two sequences differ; None when identical.
+
+    Sequences of different lengths diverge at the shorter length (if the common part agrees)."""
+    for i, (a, b) in enumerate(zip(seq, ref)):
+        if a != b:
+            return i
+    if len(seq) != len(ref):
+        return min(len(seq), len(ref))
+    return None
+
+
+def compare_greedy(seqs: Sequence[Sequence[int]], refs: Sequence[Sequence[int]]) -> dict:
+    """Token-by-token comparison of greedy generations with the reference's (same prompts, in order)."""
+    if len(seqs) != len(refs):
+        raise ValueError(f"{len(seqs)} generations vs {len(refs)} reference generations")
+    if not seqs:
+        raise ValueError("no generations to compare")
+    identical = 0
+    token_agreements: list[float] = []
+    prefix_agreements: list[float] = []
+    firsts: list[int | None] = []
+    firsts_or_len: list[int] = []
+    for seq, ref in zip(seqs, refs):
+        n = max(len(seq), len(ref))
+        fd = first_divergence(seq, ref)
+        firsts.append(fd)
+        if fd is None:
+            identical += 1
+        firsts_or_len.append(n if fd is None else fd)
+        token_agreements.append(sum(a == b for a, b in zip(seq, ref)) / n if n else 1.0)
+        prefix_agreements.append((n if fd is None else fd) / n if n else 1.0)
+    return {
+        "num_sequences": len(seqs),
+        "identical_sequences": identical,
+        "token_agreement": statistics.fmean(token_agreements),
+        "prefix_agreement": statistics.fmean(prefix_agreements),
+        "first_divergence": firsts,
+        "median_first_divergence": statistics.median(firsts_or_len),
+        "per_sequence_token_agreement": token_agreements,
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def decode_throughput(batch: int, new_tokens: int, t_prefill: float, t_total: float) -> float | None:
+    """Decode tok/s with decode isolated as (prompt + N+1 tokens) - (prompt + 1 token): the two
+    runs share the prefill and the first token, so the difference is N decode steps of `batch`
+    sequences."""
+    dt = t_total - t_prefill
+    if dt <= 0:
+        return None
+    return batch * new_tokens / dt
+
+
+def prefill_throughput(batch: int, context: int, t_prefill: float) -> float | None:
+    """Prefill tok/s: batch * context prompt tokens in the time of generate(max_tokens=1)."""
+    if t_prefill <= 0:
+        return None
+    return batch * context / t_prefill
+
+
+def saturated_batch(num_blocks: int, block_size: int, context: int, new_tokens: int) -> int:
+    """How many sequences of context + new_tokens the KV cache holds at once (whole blocks each)."""
+    per_seq = -(-(context + new_tokens) // block_size)
+    return num_blocks // per_seq

@@ -1,0 +1,169 @@
+"""The record format of `s4kv bench` (one JSON object per line of results.jsonl) and the
+comparisons with `auto` that the runner adds to each record.
+
+A record::
+
+    {"schema": "s4kv.bench/1",
+     "id": "quality-fp8", "measurement": "capacity" | "speed" | "quality",
+     "kv_cache_dtype": "fp8", "repeat": 1,            # repeat 2 of auto: the noise floor
+     "status": "ok" | "refused" | "failed", "reason": null | "why",
+     "model": {"name": "smollm2", "path": "/...", "dummy": false},
+     "params": {...},                                  # what the worker was asked
+     "metrics": {...},                                 # what it measured (see worker.py)
+     "vs_auto": {...} | null,                          # comparison with the first `auto` record
+     "raw": {...},                                     # per-position data (quality) for recomputation
+     "engine": {"engine_args": {...}, "startup_s": 51.2},
+     "env": {"vllm": "...", "torch": "...", "s4kv": "...", "device": "...", ...},
+     "command": "s4kv bench ...", "started": "2026-11-29T12:00:00+00:00", "duration_s": 63.1,
+     "log": "logs/quality-fp8.log"}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from s4kv.bench import metrics
+
+SCHEMA = "s4kv.bench/1"
+MEASUREMENTS = ("capacity", "speed", "quality")
+STATUSES = ("ok", "refused", "failed")
+REQUIRED = ("schema", "id", "measurement", "kv_cache_dtype", "repeat", "status", "reason", "model",
+            "params", "metrics", "env", "command", "started", "duration_s")
+
+
+def run_id(measurement: str, kv: str, repeat: int = 1) -> str:
+    return f"{measurement}-{kv}" + (f"-r{repeat}" if repeat > 1 else "")
+
+
+def label(rec: dict) -> str:
+    """How a record's dtype is shown in tables and plots."""
+    kv = rec["kv_cache_dtype"]
+    return f"{kv} (repeat)" if rec.get("repeat", 1) > 1 else kv
+
+
+def validate(rec: dict) -> list[str]:
+    """Problems with a record (empty when it is well formed)."""
+    errors = [f"missing {k}" for k in REQUIRED if k not in rec]
+    if rec.get("schema") != SCHEMA:
+        errors.append(f"schema {rec.get('schema')!r} != {SCHEMA!r}")
+    if rec.get("measurement") not in MEASUREMENTS:
+        errors.append(f"measurement {rec.get('measurement')!r}")
+    if rec.get("status") not in STATUSES:
+        errors.append(f"status {rec.get('status')!r}")
+    if rec.get("status") != "ok" and not rec.get("reason"):
+        errors.append("a record that is not ok needs a reason")
+    for k in ("vllm", "torch", "s4kv", "device"):
+        if k not in (rec.get("env") or {}):
+            errors.append(f"env lacks {k}")
+    return errors
+
+
+def write_jsonl(path: Path, records: Iterable[dict]) -> None:
+    with open(path, "w") as f:
+        f.writelines(json.dumps(rec, default=str) + "\n" for rec in records)
+
+
+def append_jsonl(path: Path, rec: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec, default=str) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM log fallback
+
+
+_NUM = r"([\d,]+)"
+_RE_TOKENS = re.compile(r"KV cache size: " + _NUM + r" tokens")
+_RE_CONC = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x")
+
+
+def parse_capacity_log(text: str) -> dict:
+    """KV capacity from vLLM's startup log, the last occurrence of each line.
+
+    0.32: "CPU KV cache size: 46,592 tokens, Maximum concurrency for 8,192 tokens per request: 5.69x";
+    0.24: "GPU KV cache size: N tokens" and "Maximum concurrency for M tokens per request: X.XXx"
+    on separate lines. Missing values are None."""
+    out: dict = {"kv_cache_tokens": None, "max_concurrency": None, "max_model_len": None}
+    toks = _RE_TOKENS.findall(text)
+    if toks:
+        out["kv_cache_tokens"] = int(toks[-1].replace(",", ""))
+    conc = _RE_CONC.findall(text)
+    if conc:
+        out["max_model_len"] = int(conc[-1][0].replace(",", ""))
+        out["max_concurrency"] = float(conc[-1][1])
+    return out
+
+
+_RE_EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)$")
+_GENERIC = ("Engine core initialization failed", "Worker failed with error")
+
+
+def root_cause(text: str) -> str | None:
+    """The first exception line of a vLLM log that is not one of vLLM's wrappers ("Engine core
+    initialization failed", "Worker failed with error ...") and not in a WARNING line."""
+    for line in text.splitlines():
+        if "WARNING" in line:
+            continue
+        m = _RE_EXC.search(line)
+        if m and not m.group(2).startswith(_GENERIC):
+            return f"{m.group(1)}: {m.group(2).strip()}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons with auto
+
+
+def reference(records: Iterable[dict], measurement: str) -> dict | None:
+    """The `auto` record (first repeat, ok) a measurement is compared with."""
+    for rec in records:
+        if (rec["measurement"] == measurement and rec["kv_cache_dtype"] == "auto"
+                and rec.get("repeat", 1) == 1 and rec["status"] == "ok"):
+            return rec
+    return None
+
+
+def compare(rec: dict, ref: dict | None) -> dict | None:
+    """The record's numbers relative to `auto` (None when there is nothing to compare)."""
+    if ref is None or rec["status"] != "ok" or ref["status"] != "ok":
+        return None
+    m, r = rec["metrics"], ref["metrics"]
+    kind = rec["measurement"]
+    if kind == "capacity":
+        return {"kv_cache_tokens_ratio": metrics.ratio(m.get("kv_cache_tokens"), r.get("kv_cache_tokens")),
+                "max_concurrency_ratio": metrics.ratio(m.get("max_concurrency"), r.get("max_concurrency"))}
+    if kind == "speed":
+        ref_points = {(p["mode"], p["context"]) if p["mode"] == "saturated" else (p["mode"], p["context"],
+                      p["batch"]): p for p in r.get("points", [])}
+        out = []
+        for p in m.get("points", []):
+            key = (p["mode"], p["context"]) if p["mode"] == "saturated" else (p["mode"], p["context"], p["batch"])
+            q = ref_points.get(key)
+            if q is None:
+                continue
+            out.append({"mode": p["mode"], "context": p["context"], "batch": p.get("batch"),
+                        "decode_ratio": metrics.ratio(p.get("decode_tok_s"), q.get("decode_tok_s")),
+                        "prefill_ratio": metrics.ratio(p.get("prefill_tok_s"), q.get("prefill_tok_s")),
+                        "batch_ratio": metrics.ratio(p.get("batch"), q.get("batch"))})
+        return {"points": out}
+    if kind == "quality":
+        out: dict = {}
+        if m.get("perplexity") is not None and r.get("perplexity") is not None:
+            out["perplexity_delta_pct"] = metrics.ppl_delta_pct(m["perplexity"], r["perplexity"])
+        raw, rraw = rec.get("raw") or {}, ref.get("raw") or {}
+        if raw.get("text_top1") and rraw.get("text_top1") and len(raw["text_top1"]) == len(rraw["text_top1"]):
+            out["top1_agreement"] = metrics.top1_agreement(raw["text_top1"], rraw["text_top1"])
+        if raw.get("greedy_tokens") and rraw.get("greedy_tokens") and \
+                len(raw["greedy_tokens"]) == len(rraw["greedy_tokens"]):
+            g = metrics.compare_greedy(raw["greedy_tokens"], rraw["greedy_tokens"])
+            g.pop("per_sequence_token_agreement")
+            out["greedy"] = g
+        return out
+    return None

@@ -1,0 +1,198 @@
+"""results.md: tables of the records, with ratios to `auto`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from s4kv.bench import records
+
+
+def _f(x, fmt: str = "{:,.0f}", none: str = "–") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def _pct(x, digits: int = 2) -> str:
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _ok(recs: list[dict], kind: str) -> list[dict]:
+    return [r for r in recs if r["measurement"] == kind and r["status"] == "ok"]
+
+
+def capacity_table(recs: list[dict]) -> str | None:
+    ok = _ok(recs, "capacity")
+    if not ok:
+        return None
+    rows = []
+    for r in ok:
+        m, vs = r["metrics"], r.get("vs_auto") or {}
+        rows.append([
+            f"`{records.label(r)}`", _f(m.get("kv_cache_tokens")), _f(vs.get("kv_cache_tokens_ratio"), "{:.2f}×"),
+            f"{_f(m.get('num_blocks'))} × {_f(m.get('block_size'))}",
+            _f(m.get("max_concurrency"), "{:.2f}"), _f(m.get("max_model_len")),
+            _f(m.get("bytes_per_token"), "{:,.0f}")])
+    return _table(["KV dtype", "KV tokens", "× auto", "blocks × block size", "max concurrency",
+                   "at max_model_len", "KV bytes/token"], rows)
+
+
+def speed_table(recs: list[dict]) -> str | None:
+    ok = _ok(recs, "speed")
+    if not ok:
+        return None
+    rows = []
+    for r in ok:
+        ratios = {(p["mode"], p["context"], p.get("batch")): p for p in (r.get("vs_auto") or {}).get("points", [])}
+        for p in r["metrics"].get("points", []):
+            q = ratios.get((p["mode"], p["context"], p.get("batch"))) or {}
+            rows.append([
+                f"`{records.label(r)}`", p["mode"], _f(p["context"]), _f(p.get("batch")),
+                _f(p.get("prefill_tok_s")), _f(q.get("prefill_ratio"), "{:.2f}×"),
+                _f(p.get("decode_tok_s")), _f(q.get("decode_ratio"), "{:.2f}×"),
+                p.get("error") or ("capped by max_num_seqs" if p.get("capped_by_max_num_seqs") else "")])
+    return _table(["KV dtype", "mode", "context", "batch", "prefill tok/s", "× auto", "decode tok/s",
+                   "× auto", "note"], rows)
+
+
+def quality_rows(recs: list[dict]) -> list[dict]:
+    """One dict per ok quality record (also what the quality plot shows)."""
+    out = []
+    for r in _ok(recs, "quality"):
+        m, vs = r["metrics"], r.get("vs_auto") or {}
+        g = vs.get("greedy") or {}
+        out.append({
+            "label": records.label(r),
+            "perplexity": m.get("perplexity"),
+            "ppl_delta_pct": vs.get("perplexity_delta_pct"),
+            "top1_agreement": vs.get("top1_agreement"),
+            "identical": g.get("identical_sequences"),
+            "num_sequences": g.get("num_sequences"),
+            "token_agreement": g.get("token_agreement"),
+            "prefix_agreement": g.get("prefix_agreement"),
+            "median_first_divergence": g.get("median_first_divergence"),
+            "first_divergence": g.get("first_divergence"),
+        })
+    return out
+
+
+def quality_table(recs: list[dict]) -> str | None:
+    qrows = quality_rows(recs)
+    if not qrows:
+        return None
+    rows = []
+    for q in qrows:
+        fd = q["first_divergence"]
+        rows.append([
+            f"`{q['label']}`", _f(q["perplexity"], "{:.4f}"), _f(q["ppl_delta_pct"], "{:+.2f}%"),
+            _pct(q["top1_agreement"]),
+            "–" if q["identical"] is None else f"{q['identical']}/{q['num_sequences']}",
+            _pct(q["token_agreement"], 1), _pct(q["prefix_agreement"], 1),
+            _f(q["median_first_divergence"], "{:g}"),
+            "–" if fd is None else " ".join("=" if x is None else str(x) for x in fd)])
+    return _table(["KV dtype", "perplexity", "Δ ppl vs auto", "top-1 agreement", "identical greedy",
+                   "token agreement", "prefix agreement", "median first div.", "first divergence per prompt"],
+                  rows)
+
+
+def not_ok_table(recs: list[dict]) -> str | None:
+    bad = [r for r in recs if r["status"] != "ok"]
+    if not bad:
+        return None
+    rows = [[r["measurement"], f"`{records.label(r)}`", r["status"],
+             (r["reason"] or "").replace("\n", " ").replace("|", "\\|")[:400]] for r in bad]
+    return _table(["measurement", "KV dtype", "status", "reason"], rows)
+
+
+def _first(recs: list[dict], kind: str) -> dict | None:
+    return next((r for r in recs if r["measurement"] == kind and r["status"] == "ok"), None)
+
+
+def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
+    if not recs:
+        return "# s4kv bench\n\nNo records.\n"
+    first = recs[0]
+    env = next((r["env"] for r in recs if r.get("env", {}).get("vllm")), first.get("env", {}))
+    model = first["model"]
+    parts = [
+        "# s4kv bench",
+        "",
+        f"- command: `{first['command']}`",
+        f"- started: {first['started']}",
+        f"- model: `{model.get('name')}`" + (f" ({model.get('path')})" if model.get("path") != model.get("name")
+                                            else "") + (" — dummy weights" if model.get("dummy") else ""),
+        (f"- machine: {env.get('device')} ({env.get('platform')}); vLLM {env.get('vllm')}"
+        f" ({env.get('vllm_dist')}), torch {env.get('torch')}, s4kv {env.get('s4kv')}, "
+        f"Python {env.get('python')}"),
+    ]
+    overridden = [r for r in recs if r["status"] == "ok" and (r.get("preflight") or {}).get("status") == "refused"]
+    if overridden:
+        names = sorted({records.label(r) for r in overridden})
+        parts.append(f"- **run with --no-preflight**: {', '.join(f'`{n}`' for n in names)} "
+                     "would have been refused on this platform; their numbers are what the engine did anyway "
+                     "(see the reasons under *Not supported here*).")
+    plots = plots or {}
+    cap = capacity_table(recs)
+    if cap:
+        r = _first(recs, "capacity")
+        p = r["params"]
+        mem = (f"{p['kv_cache_bytes'] / (1 << 30):g} GiB of KV cache for every dtype" if p.get("kv_cache_bytes")
+               else f"gpu_memory_utilization {p.get('gpu_memory_utilization')}")
+        parts += ["", "## Capacity", "",
+                  (f"Engine-reported KV cache capacity at equal memory ({mem}), max_model_len "
+                  f"{p.get('max_model_len')}. Max concurrency = KV tokens / max_model_len."), "", cap]
+        if "capacity" in plots:
+            parts += ["", f"![capacity]({plots['capacity']})"]
+    spd = speed_table(recs)
+    if spd:
+        r = _first(recs, "speed")
+        p = r["params"]
+        eager = (r.get("engine") or {}).get("engine_args", {}).get("enforce_eager")
+        mode = "enforce_eager" if eager else ("CUDA graphs" if r["env"].get("platform") == "cuda"
+                                               else "vLLM's default compilation")
+        parts += ["", "## Speed", "",
+                  (f"Random prompts of exactly `context` tokens, {p.get('new_tokens')} decode tokens, median of "
+                  f"{p.get('repeats')} repeats after a warm-up; prefix caching off, engine defaults otherwise "
+                  f"({mode}). prefill tok/s = batch·context / t(max_tokens=1); decode tok/s = batch·N / "
+                  "(t(max_tokens=N+1) − t(max_tokens=1)). `saturated`: as many sequences as the KV cache holds "
+                  "at that context."), "", spd]
+        if "speed" in plots:
+            parts += ["", f"![decode tok/s]({plots['speed']})"]
+    qual = quality_table(recs)
+    if qual:
+        r = _first(recs, "quality")
+        p, m = r["params"], r["metrics"]
+        greedy = (f"; free-running greedy on {m.get('num_prompts')} prompts of "
+                  f"{min(m.get('prompt_tokens') or [0])}–{max(m.get('prompt_tokens') or [0])} tokens "
+                  f"(`{Path(p['prompts']).name}`), {m.get('new_tokens')} new tokens each, compared token by "
+                  "token with `auto`" if m.get("num_prompts") else "")
+        parts += ["", "## Quality", "",
+                  (f"Perplexity of the first {m.get('text_tokens')} tokens of `{Path(p['text']).name}` "
+                  f"({m.get('scored_positions')} scored positions) through vLLM prompt logprobs with chunked "
+                  f"prefill of {p.get('chunk')} tokens (later chunks read earlier ones from the KV cache); "
+                  f"teacher-forced top-1 agreement with `auto` at every scored position{greedy}. "
+                  + ("`auto (repeat)` is a second, independent `auto` engine: the noise floor. "
+                     if any(r.get("repeat", 1) > 1 for r in _ok(recs, "quality")) else "")
+                  + "First divergence: `=` means identical over all new tokens; the median counts those as "
+                  "the generation length."), "", qual]
+        if "quality" in plots:
+            parts += ["", f"![quality]({plots['quality']})"]
+    bad = not_ok_table(recs)
+    if bad:
+        parts += ["", "## Not measured", "", bad]
+    if overridden:
+        rows = [[f"`{kv}`", (reason or "").replace("|", "\\|")] for kv, reason in
+                sorted({(r["kv_cache_dtype"], r["preflight"].get("reason")) for r in overridden})]
+        parts += ["", "## Not supported here", "", _table(["KV dtype", "preflight"], rows)]
+    parts += ["", "Raw records: `results.jsonl` (one per measurement; per-position data under `raw`)."]
+    return "\n".join(parts) + "\n"
+
+
+def write_markdown(recs: list[dict], out: Path, plots: dict[str, str] | None = None) -> Path:
+    path = Path(out) / "results.md"
+    path.write_text(markdown(recs, plots))
+    return path
