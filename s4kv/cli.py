@@ -1,26 +1,33 @@
 """The `s4kv` console script: subcommands dispatch to their modules.
 
-    s4kv bench ...      KV-cache dtypes side by side (s4kv.bench.cli)
+    s4kv validate MODEL   can int4_kivi serve this model? (s4kv.validation)
+    s4kv bench ...        KV-cache dtypes side by side (s4kv.bench.cli)
 """
 
 from __future__ import annotations
 
 import sys
 
+COMMANDS = {
+    "validate": "can int4_kivi serve this model? exit 0 yes, 1 no (with the reasons)",
+    "bench": "KV-cache dtypes side by side: capacity, speed, quality",
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"bench": "KV-cache dtypes side by side: capacity, speed, quality"}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: s4kv {" + ",".join(commands) + "} ...\n")
-        for name, what in commands.items():
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: s4kv {" + ",".join(COMMANDS) + "} ...\n")
+        for name, what in COMMANDS.items():
             print(f"  {name:<10} {what}")
         return 0 if argv[:1] in ([], ["-h"], ["--help"]) else 2
-    if argv[0] == "bench":
-        from s4kv.bench.cli import main as bench_main
+    if argv[0] == "validate":
+        from s4kv.validation import main as validate_main
 
-        return bench_main(argv[1:])
-    return 2
+        return validate_main(argv[1:])
+    from s4kv.bench.cli import main as bench_main
+
+    return bench_main(argv[1:])
 
 
 if __name__ == "__main__":
