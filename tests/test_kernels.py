@@ -24,6 +24,11 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BS = fmt.BLOCK_SIZE
 
 
+# bf16 attention keeps ~8 bits of each probability: ~0.5% against the fp32 reference on GPU
+# (FlashAttention is in the same range); fp16 and the interpreter's fp32 dots are tighter.
+TOL = {torch.bfloat16: 1e-2 if DEVICE == "cuda" else 3e-3, torch.float16: 4e-3}
+
+
 def _engine(hq, hkv, d, dtype, **kw):
     e = Engine(hq, hkv, d, dtype, ops=triton_ops, device=DEVICE, **kw)
     return e
@@ -82,19 +87,21 @@ def test_mixed_batches_against_reference(dtype, hq, hkv, d):
     e.add("a", 420, slot=0)
     e.add("b", 300, slot=3)
     e.add("c", 200, slot=1)
-    check(e, e.step([("a", 200), ("b", 77)]), 3e-3)  # chunks crossing block boundaries, odd lengths
-    check(e, e.step([("b", 1), ("a", 150), ("c", 129)]), 3e-3)  # decode row + chunk rows
-    check(e, e.step([("b", 1), ("c", 1), ("a", 1)]), 3e-3)  # pure decode
-    check(e, e.step([("a", 1), ("b", 47), ("c", 70)]), 3e-3)  # a completes its 3rd block in decode
+    tol = TOL[dtype]
+    check(e, e.step([("a", 200), ("b", 77)]), tol)  # chunks crossing block boundaries, odd lengths
+    check(e, e.step([("b", 1), ("a", 150), ("c", 129)]), tol)  # decode row + chunk rows
+    check(e, e.step([("b", 1), ("c", 1), ("a", 1)]), tol)  # pure decode
+    check(e, e.step([("a", 1), ("b", 47), ("c", 70)]), tol)  # a completes its 3rd block in decode
 
 
 def test_decode_completing_a_block_and_single_token_request():
     e = _engine(8, 2, 64, torch.bfloat16)
     e.add("a", BS + 2, slot=2)
     e.add("one", 1, slot=4)
-    check(e, e.step([("a", BS - 1)]), 3e-3)
-    check(e, e.step([("a", 1), ("one", 1)]), 3e-3)  # a's token BS-1 completes block 0
-    check(e, e.step([("a", 1)]), 3e-3)
+    tol = TOL[torch.bfloat16]
+    check(e, e.step([("a", BS - 1)]), tol)
+    check(e, e.step([("a", 1), ("one", 1)]), tol)  # a's token BS-1 completes block 0
+    check(e, e.step([("a", 1)]), tol)
 
 
 def test_prefix_hit_and_empty_rows():
@@ -105,8 +112,8 @@ def test_prefix_hit_and_empty_rows():
     e.res[5].normal_()
     e.add("pad", 1, slot=7)
     res = e.step([("b", 1), ("pad", 0)])  # b starts as a decode right at its prefix hit
-    check(e, {"b": res["b"]}, 3e-3)
-    check(e, e.step([("b", 20)]), 3e-3)
+    check(e, {"b": res["b"]}, TOL[torch.float16])
+    check(e, e.step([("b", 20)]), TOL[torch.float16])
 
 
 def test_many_splits():
@@ -121,7 +128,7 @@ def test_many_splits():
         for splits in (1, 3, 8):
             decode.num_splits = lambda *a, s=splits, **k: s  # noqa: E731
             out = e.step([("a", 1)])
-            check(e, out, 3e-3)
+            check(e, out, TOL[torch.bfloat16])
             e.reqs["a"]["done"] -= 1  # recompute the same query with another split count
     finally:
         decode.num_splits = orig
@@ -187,5 +194,5 @@ def test_decode_step_replays_in_a_cuda_graph():
             p = req["done"]
             ref = kivi_attention(req["q"][p:p + 1], req["k"][:p + 1], req["v"][:p + 1], d ** -0.5, q_start=p)
             err = ((got[i].cpu() - ref[0]).norm() / ref[0].norm()).item()
-            assert err < 3e-3, (step, name, p, err)
+            assert err < TOL[dtype], (step, name, p, err)
             req["done"] += 1

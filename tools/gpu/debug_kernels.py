@@ -70,8 +70,9 @@ def main():
     for d in dims:
         for dtype in (torch.bfloat16, torch.float16):
             check_store(d, dtype)
-        check_steps(9, 3, d, torch.bfloat16)
-        check_steps(4, 4, d, torch.float16)
+        for hq, hkv in ((9, 3), (4, 4), (7, 1), (8, 2)):
+            print(f"steps hq={hq} hkv={hkv} d={d}", flush=True)
+            check_steps(hq, hkv, d, torch.bfloat16)
 
 
 if __name__ == "__main__":

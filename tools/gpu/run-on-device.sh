@@ -40,7 +40,11 @@ for s in "$@"; do
       step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_format.py \
         tests/test_reference.py ;;
     smoke)
-      step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
+      CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0} step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
+    debug)
+      step debug python3 tools/gpu/debug_kernels.py 64 128
+      step sanitizer timeout 300 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -x \
+        -p no:cacheprovider "tests/test_kernels.py::test_mixed_batches_against_reference[4-4-64-dtype0]" ;;
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
     bench-capacity)
