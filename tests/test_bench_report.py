@@ -84,3 +84,16 @@ def test_no_preflight_override_is_flagged():
     assert "**run with --no-preflight**: `turboquant_4bit_nc`" in md
     assert "## Not supported here" in md and "| `turboquant_4bit_nc` | CPU_ATTN does not support it |" in md
     assert "noise floor" not in md
+
+
+def test_not_measured_grouped_by_reason():
+    recs = [testing.record(k, kv, status="refused", reason="needs AVX-512")
+            for k in ("capacity", "quality") for kv in ("fp8", "fp8_e5m2")]
+    recs += [testing.record("speed", kv, status="refused", reason="CUDA only") for kv in ("auto", "fp8")]
+    recs += [testing.record("capacity", "nvfp4", status="failed", reason="boom"),
+             testing.record("speed", "int4_kivi", status="failed", reason="boom")]
+    table = report.not_ok_table(recs)
+    assert "| capacity, quality | `fp8`, `fp8_e5m2` | refused | needs AVX-512 |" in table
+    assert "| speed | `auto`, `fp8` | refused | CUDA only |" in table
+    assert "| capacity `nvfp4`; speed `int4_kivi` |  | failed | boom |" in table
+    assert len(table.splitlines()) == 2 + 3

@@ -32,7 +32,7 @@ def capacity_figure(recs: list[dict]) -> Figure | None:
         return None
     labels = [records.label(r) for r in ok]
     values = [r["metrics"]["kv_cache_tokens"] for r in ok]
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(ok), 4.2))
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.6 + 1.3 * len(ok)), 4.2))
     bars = ax.bar(labels, values, color=["#888888" if lab == "auto" else "#2a7ab9" for lab in labels])
     bars.set_label("KV tokens")
     for bar, r in zip(bars, ok):
@@ -108,12 +108,12 @@ def quality_figure(recs: list[dict]) -> Figure | None:
     cells = quality_cells(recs)
     if not cells:
         return None
-    fig, ax = plt.subplots(figsize=(9.0, 0.9 + 0.36 * (len(cells) + 1)))
+    fig, ax = plt.subplots(figsize=(9.0, 0.55 + 0.3 * (len(cells) + 1)))
     ax.axis("off")
     table = ax.table(cellText=cells, colLabels=QUALITY_COLUMNS, loc="center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    table.scale(1.0, 1.3)
+    table.scale(1.0, 1.7)
     for (row, _col), cell in table.get_celld().items():
         if row == 0:
             cell.set_facecolor("#dde6f0")

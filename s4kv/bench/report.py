@@ -100,11 +100,22 @@ def quality_table(recs: list[dict]) -> str | None:
 
 
 def not_ok_table(recs: list[dict]) -> str | None:
-    bad = [r for r in recs if r["status"] != "ok"]
-    if not bad:
+    """Refused and failed runs, one row per (status, reason)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in recs:
+        if r["status"] != "ok":
+            groups.setdefault((r["status"], r["reason"] or ""), []).append(r)
+    if not groups:
         return None
-    rows = [[r["measurement"], f"`{records.label(r)}`", r["status"],
-             (r["reason"] or "").replace("\n", " ").replace("|", "\\|")[:400]] for r in bad]
+    rows = []
+    for (status, reason), rs in groups.items():
+        kinds = list(dict.fromkeys(r["measurement"] for r in rs))
+        labels = list(dict.fromkeys(records.label(r) for r in rs))
+        if len(rs) == len(kinds) * len(labels):  # every combination: say it compactly
+            what, dtypes = ", ".join(kinds), ", ".join(f"`{x}`" for x in labels)
+        else:
+            what, dtypes = "; ".join(f"{r['measurement']} `{records.label(r)}`" for r in rs), ""
+        rows.append([what, dtypes, status, reason.replace("\n", " ").replace("|", "\\|")[:1200]])
     return _table(["measurement", "KV dtype", "status", "reason"], rows)
 
 
