@@ -26,6 +26,15 @@ def dot_dtype(dtype: torch.dtype):
     return _TL[dtype]
 
 
+# Launch options (num_warps, num_stages) per (kernel, head_size), from tools/gpu/tune_kernels.py on
+# the H200; kernels without an entry use Triton's defaults.
+LAUNCH: dict[tuple[str, int], dict] = {}
+
+
+def launch_options(kernel: str, head_size: int) -> dict:
+    return LAUNCH.get((kernel, head_size), {})
+
+
 _ROT: dict = {}
 
 

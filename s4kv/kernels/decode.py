@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.quant import rotate_halves
 
 LOG2E = 1.4426950408889634
@@ -183,9 +183,15 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     tl.store(out_ptr + q_start * stride_ot + hq * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
-def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int = 32) -> int:
-    """Enough programs to fill the GPU ~4x, from the batch shape only (graph-safe)."""
-    return max(1, min(max_splits, math.ceil(4 * num_sms / max(1, num_rows * num_kv_heads))))
+# Decode programs to launch per SM, and the most splits of one row (tools/gpu/tune_kernels.py)
+PROGRAMS_PER_SM = 4
+MAX_SPLITS = 32
+
+
+def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
+    """Enough programs to fill the GPU PROGRAMS_PER_SM times, from the batch shape only (graph-safe)."""
+    want = PROGRAMS_PER_SM * num_sms
+    return max(1, min(max_splits or MAX_SPLITS, math.ceil(want / max(1, num_rows * num_kv_heads))))
 
 
 class DecodeWorkspace:
@@ -247,7 +253,7 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
         BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        DOT_DTYPE=dot_dtype(q.dtype),
+        DOT_DTYPE=dot_dtype(q.dtype), **launch_options("decode", d),
     )
     _reduce_kernel[(num_decodes, hq)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc,

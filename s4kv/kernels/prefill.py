@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.quant import rotate_halves
 
 
@@ -185,5 +185,5 @@ def prefill_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float
         BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        DOT_DTYPE=dot_dtype(q.dtype),
+        DOT_DTYPE=dot_dtype(q.dtype), **launch_options("prefill", d),
     )

@@ -45,6 +45,8 @@ for s in "$@"; do
       step debug python3 tools/gpu/debug_kernels.py 64 128
       step sanitizer timeout 300 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -x \
         -p no:cacheprovider "tests/test_kernels.py::test_mixed_batches_against_reference[4-4-64-dtype0]" ;;
+    tune)  # diagnosis and launch tuning of the kernels (tools/gpu/tune_kernels.py)
+      step tune python3 tools/gpu/tune_kernels.py ${TUNE:-rot d64 decode} --json "$OUT/tune.json" ;;
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
     bench-capacity)
