@@ -79,26 +79,54 @@ def probe_rotation(results):
               f"{'   <-- WRONG' if bad else ''}", flush=True)
 
 
-def probe_d64(results):
+def probe_d64(results, opts):
+    """One launch configuration per process: an illegal address poisons the CUDA context."""
     import debug_kernels as dk
 
-    for store_nw, prefill_nw in ((None, None), (2, None), (8, None), (None, 2), (None, 8), (2, 2), (8, 8)):
-        kernels.LAUNCH.clear()
-        if store_nw:
-            kernels.LAUNCH[("store", 64)] = dict(num_warps=store_nw)
-        if prefill_nw:
-            kernels.LAUNCH[("prefill", 64)] = dict(num_warps=prefill_nw)
-        print(f"=== d=64 store num_warps={store_nw or 'default'} prefill num_warps={prefill_nw or 'default'}",
-              flush=True)
-        try:
-            for dtype in (torch.bfloat16, torch.float16):
-                dk.check_store(64, dtype)
-            for hq, hkv in ((9, 3), (7, 1)):
-                print(f"steps hq={hq} hkv={hkv} d=64", flush=True)
-                dk.check_steps(hq, hkv, 64, torch.bfloat16)
-        except Exception as e:
-            print(f"failed: {type(e).__name__}: {e}"[:400], flush=True)
+    for kernel, value in opts.items():
+        if value:
+            kernels.LAUNCH[(kernel, 64)] = value
+    print(f"=== d=64 launch options {kernels.LAUNCH}", flush=True)
+    for dtype in (torch.bfloat16, torch.float16):
+        dk.check_store(64, dtype)
+        first_key_mismatch(dtype)
+    for hq, hkv in ((9, 3), (7, 1), (4, 4)):
+        print(f"steps hq={hq} hkv={hkv} d=64", flush=True)
+        dk.check_steps(hq, hkv, 64, torch.bfloat16)
     kernels.LAUNCH.clear()
+
+
+def first_key_mismatch(dtype, d=64, hkv=3):
+    """Where the stored first keys differ from s4kv.format's (rotated basis, as stored)."""
+    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels.store import store_blocks
+
+    g = torch.Generator().manual_seed(0)
+    n, bs = 2 * 128 + 5, 128
+    k = torch.randn(n, hkv, d, generator=g).to(dtype)
+    v = torch.randn(n, hkv, d, generator=g).to(dtype)
+    lay = fmt.PageLayout(d)
+    regions = torch.zeros(8, hkv, lay.region_bytes, dtype=torch.uint8, device="cuda")
+    res = torch.zeros(2, 2, hkv, bs, d, dtype=dtype, device="cuda")
+
+    def i32(x, dev="cuda"):
+        return torch.tensor(x, dtype=torch.int32, device=dev)
+
+    md = S4KVMetadata(1, n, n, n, i32([0, n]), i32([n]), i32([[5, 2, 7]]), i32([0]),
+                      i32([0, n], "cpu"), i32([n], "cpu"), i32([0], "cpu"))
+    plan_launch(md, hkv, num_sms=132)
+    store_blocks(k.cuda(), v.cuda(), res, regions, md, md.max_new_blocks)
+    torch.cuda.synchronize()
+    fk_dtype = fmt.first_key_dtype(dtype)
+    got = regions[[5, 2]].cpu()[..., lay.first_key:].contiguous().view(fk_dtype).float()  # [2, Hkv, D]
+    blocks = k[:256].reshape(2, bs, hkv, d).float()
+    want = fmt.rotate(blocks[:, 0]).to(fk_dtype).float()  # [2, Hkv, D]
+    bad = (got - want).abs() > 1e-6 + (want.abs() / 64)
+    idx = bad.nonzero().tolist()
+    print(f"  first keys {dtype}: {len(idx)} of {bad.numel()} differ", flush=True)
+    for b, h, c in idx[:12]:
+        print(f"    block {b} head {h} channel {c}: got {got[b, h, c].item():+.4f} want {want[b, h, c].item():+.4f}"
+              f" (row-0 rotated fp32 {fmt.rotate(blocks[b, 0, h]).tolist()[c]:+.4f})", flush=True)
 
 
 def kernel_facts(fn) -> list[str]:
@@ -147,11 +175,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode"])
     ap.add_argument("--json")
+    ap.add_argument("--store", default="", help="d64: store launch options, e.g. num_warps=8")
+    ap.add_argument("--prefill", default="", help="d64: prefill launch options, e.g. num_warps=2,num_stages=1")
     args = ap.parse_args()
+
+    def opts(text):
+        return {k: int(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
     print(torch.cuda.get_device_name(), "triton", triton.__version__, "torch", torch.__version__, flush=True)
     results = []
     for p in args.probes:
-        {"rot": probe_rotation, "d64": probe_d64, "decode": sweep_decode}[p](results)
+        if p == "d64":
+            probe_d64(results, {"store": opts(args.store), "prefill": opts(args.prefill)})
+        else:
+            {"rot": probe_rotation, "decode": sweep_decode}[p](results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
