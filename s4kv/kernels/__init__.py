@@ -6,6 +6,7 @@
 * ``quant``: scalar helpers mirroring ``s4kv.format``.
 """
 
+import json
 import os
 
 import torch
@@ -26,9 +27,26 @@ def dot_dtype(dtype: torch.dtype):
     return _TL[dtype]
 
 
-# Launch options (num_warps, num_stages) per (kernel, head_size), from tools/gpu/tune_kernels.py on
-# the H200; kernels without an entry use Triton's defaults.
-LAUNCH: dict[tuple[str, int], dict] = {}
+# Launch options per (kernel, head_size): num_warps/num_stages and kernel tile constexprs (decode's
+# SUB), measured with tools/gpu/tune_kernels.py on the H200; anything absent uses the defaults.
+LAUNCH: dict[tuple[str, int], dict] = {
+    # Triton 3.6 miscompiles the head_dim-64 chunk kernel with 4 or 8 warps on sm90 (NaN and illegal
+    # addresses: its [64, 32] tiles take the wgmma path); 2 warps are correct (tools/gpu/diag-d64.sh).
+    ("prefill", 64): {"num_warps": 2},
+}
+
+
+def _load_overrides() -> None:
+    """S4KV_KERNEL_CONFIG: a JSON file [{"kernel": ..., "head_size": ..., "options": {...}}, ...]
+    (what tools/gpu/tune_kernels.py writes) replacing the entries above."""
+    path = os.environ.get("S4KV_KERNEL_CONFIG")
+    if path:
+        with open(path) as f:
+            for entry in json.load(f):
+                LAUNCH[(entry["kernel"], int(entry["head_size"]))] = dict(entry["options"])
+
+
+_load_overrides()
 
 
 def launch_options(kernel: str, head_size: int) -> dict:

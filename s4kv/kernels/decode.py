@@ -36,7 +36,7 @@ def _decode_kernel(
     qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, SPLITS, D] fp32, [R, Hq, SPLITS, 2] fp32
     rot_ptr, sm_scale,
-    GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr, SUB: tl.constexpr,
     BS: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
@@ -63,10 +63,8 @@ def _decode_kernel(
 
     m_i = tl.full([G_PAD], -float("inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
-    acc_lo = tl.zeros([G_PAD, HALF], tl.float32)  # from pages, rotated basis
+    acc_lo = tl.zeros([G_PAD, HALF], tl.float32)  # pages: rotated basis; after the loop, original
     acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
-    accx_lo = tl.zeros([G_PAD, HALF], tl.float32)  # from exact tokens, original basis
-    accx_hi = tl.zeros([G_PAD, HALF], tl.float32)
 
     if qlen == 1:
         qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
@@ -88,29 +86,37 @@ def _decode_kernel(
             ks_hi = tl.load(ks_ptr + HALF + c).to(tl.float32)
             km_lo = tl.load(km_ptr + c).to(tl.float32)
             km_hi = tl.load(km_ptr + HALF + c).to(tl.float32)
-            kc = tl.load(region + t[:, None] * HALF + c[None, :])  # [BS, HALF] packed
-            kc_lo = (kc & 0xF).to(DOT_DTYPE)
-            kc_hi = (kc >> 4).to(DOT_DTYPE)
-            s = tl.dot((q_lo * ks_lo[None, :]).to(DOT_DTYPE), tl.trans(kc_lo))
-            s += tl.dot((q_hi * ks_hi[None, :]).to(DOT_DTYPE), tl.trans(kc_hi))
-            s += (tl.sum(q_lo * km_lo[None, :], axis=1) + tl.sum(q_hi * km_hi[None, :], axis=1))[:, None]
-            # the block's first token: exact key
             fk_lo = tl.load(fk_ptr + c).to(tl.float32)
             fk_hi = tl.load(fk_ptr + HALF + c).to(tl.float32)
-            s0 = tl.sum(q_lo * fk_lo[None, :], axis=1) + tl.sum(q_hi * fk_hi[None, :], axis=1)
-            s = tl.where(t[None, :] == 0, s0[:, None], s)
+            qk_lo = (q_lo * ks_lo[None, :]).to(DOT_DTYPE)
+            qk_hi = (q_hi * ks_hi[None, :]).to(DOT_DTYPE)
+            s_min = tl.sum(q_lo * km_lo[None, :], axis=1) + tl.sum(q_hi * km_hi[None, :], axis=1)
+            s_first = tl.sum(q_lo * fk_lo[None, :], axis=1) + tl.sum(q_hi * fk_hi[None, :], axis=1)
+            # SUB tokens at a time: smaller live tiles, more programs resident per SM
+            for sub in tl.static_range(BS // SUB):
+                ts = sub * SUB + tl.arange(0, SUB)
+                kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] packed
+                s = tl.dot(qk_lo, tl.trans((kc & 0xF).to(DOT_DTYPE)))
+                s += tl.dot(qk_hi, tl.trans((kc >> 4).to(DOT_DTYPE)))
+                s += s_min[:, None]
+                if sub == 0:  # the block's first token: exact key
+                    s = tl.where(ts[None, :] == 0, s_first[:, None], s)
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                alpha = tl.exp2(m_i - m_new)
+                pr = tl.exp2(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(pr, axis=1)
+                vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + ts).to(tl.float32)
+                pv = pr * vs[None, :]
+                vc = tl.load(region + V_CODES + ts[:, None] * HALF + c[None, :])
+                corr = 7.5 * tl.sum(pv, axis=1)
+                acc_lo = acc_lo * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc & 0xF).to(DOT_DTYPE)) \
+                    - corr[:, None]
+                acc_hi = acc_hi * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc >> 4).to(DOT_DTYPE)) \
+                    - corr[:, None]
+                m_i = m_new
 
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            pr = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(pr, axis=1)
-            vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)
-            pv = pr * vs[None, :]
-            vc = tl.load(region + V_CODES + t[:, None] * HALF + c[None, :])
-            corr = 7.5 * tl.sum(pv, axis=1)
-            acc_lo = acc_lo * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc & 0xF).to(DOT_DTYPE)) - corr[:, None]
-            acc_hi = acc_hi * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc >> 4).to(DOT_DTYPE)) - corr[:, None]
-            m_i = m_new
+        # the pages' share back to the original basis (fp32 operands: tf32 on tensor cores)
+        acc_lo, acc_hi = rotate_halves(acc_lo, acc_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
 
         if is_last:
             # exact tail (original basis): residual positions n_pages*BS .. p-1, then this step's token
@@ -144,16 +150,12 @@ def _decode_kernel(
             nv = v_ptr + q_start * stride_vt + h * stride_vh
             nv_lo = tl.load(nv + c).to(tl.float32)
             nv_hi = tl.load(nv + HALF + c).to(tl.float32)
-            acc_lo = acc_lo * alpha[:, None]
-            acc_hi = acc_hi * alpha[:, None]
-            accx_lo = tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) + p_new[:, None] * nv_lo[None, :]
-            accx_hi = tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) + p_new[:, None] * nv_hi[None, :]
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) \
+                + p_new[:, None] * nv_lo[None, :]
+            acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) \
+                + p_new[:, None] * nv_hi[None, :]
             m_i = m_new
 
-    # back to the original basis (fp32 operands: tf32 on tensor cores)
-    acc_lo, acc_hi = rotate_halves(acc_lo, acc_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
-    acc_lo += accx_lo
-    acc_hi += accx_hi
     o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
     tl.store(o_ptr + c[None, :], acc_lo, mask=g_ok[:, None])
     tl.store(o_ptr + HALF + c[None, :], acc_hi, mask=g_ok[:, None])
@@ -183,15 +185,18 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     tl.store(out_ptr + q_start * stride_ot + hq * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
-# Decode programs to launch per SM, and the most splits of one row (tools/gpu/tune_kernels.py)
+# Decode programs to launch per SM and the most splits of one row; launch_options("decode-grid", 0)
+# overrides them (tools/gpu/tune_kernels.py)
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 32
 
 
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
     """Enough programs to fill the GPU PROGRAMS_PER_SM times, from the batch shape only (graph-safe)."""
-    want = PROGRAMS_PER_SM * num_sms
-    return max(1, min(max_splits or MAX_SPLITS, math.ceil(want / max(1, num_rows * num_kv_heads))))
+    grid = launch_options("decode-grid", 0)
+    want = grid.get("programs_per_sm", PROGRAMS_PER_SM) * num_sms
+    max_splits = max_splits or grid.get("max_splits", MAX_SPLITS)
+    return max(1, min(max_splits, math.ceil(want / max(1, num_rows * num_kv_heads))))
 
 
 class DecodeWorkspace:
@@ -253,7 +258,7 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
         BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        DOT_DTYPE=dot_dtype(q.dtype), **launch_options("decode", d),
+        DOT_DTYPE=dot_dtype(q.dtype), **{"SUB": fmt.BLOCK_SIZE, **launch_options("decode", d)},
     )
     _reduce_kernel[(num_decodes, hq)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc,

@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests smoke kernels bench-capacity
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune smoke kernels bench-capacity
 #                                                 bench-speed bench-quality bench-saturated)
 #
 # Every step logs to $OUT/<step>.log and goes on after a failure, so one call gives every answer;
@@ -19,6 +19,9 @@ mkdir -p "$OUT"
 MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
+# tuned launch options from an earlier `tune` step on this machine
+CONFIG=/root/s4kv-kernel-config.json
+[ -f $CONFIG ] && export S4KV_KERNEL_CONFIG=$CONFIG
 
 step() {  # step NAME CMD...: run, log, remember failures, keep going
   local name=$1; shift
@@ -45,21 +48,28 @@ for s in "$@"; do
       step debug python3 tools/gpu/debug_kernels.py 64 128
       step sanitizer timeout 300 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -x \
         -p no:cacheprovider "tests/test_kernels.py::test_mixed_batches_against_reference[4-4-64-dtype0]" ;;
-    tune)  # diagnosis and launch tuning of the kernels (tools/gpu/tune_kernels.py)
-      step tune python3 tools/gpu/tune_kernels.py ${TUNE:-rot d64 decode} --json "$OUT/tune.json" ;;
+    tune)  # decode launch tuning (tools/gpu/tune_kernels.py); later steps use the chosen options
+      unset S4KV_KERNEL_CONFIG
+      step tune python3 tools/gpu/tune_kernels.py decode --json "$OUT/tune.json" --config-out $CONFIG
+      [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
     bench-capacity)
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
-        --max-model-len 32768 --out "$OUT/capacity" ;;
+        --max-model-len 32768 --engine-arg enforce_eager=true --out "$OUT/capacity"
+      tar -C "$OUT" -czf "$OUT/capacity.tgz" capacity && rm -rf "$OUT/capacity" ;;
     bench-speed)
       step bench-speed python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
-        --contexts 1024,8192,32768 --batches 64,32,8 --out "$OUT/speed" ;;
-    bench-saturated)
+        --contexts 1024,8192,32768 --batches 64,32,8 --new-tokens 256 --repeats ${REPEATS:-3} --out "$OUT/speed"
+      tar -C "$OUT" -czf "$OUT/speed.tgz" speed && rm -rf "$OUT/speed" ;;
+    bench-saturated)  # at a reduced memory budget so that prefilling the whole cache fits the device time
       step bench-saturated python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
-        --contexts 32768 --saturated --out "$OUT/saturated" ;;
+        --contexts 32768 --batches 1 --new-tokens 256 --repeats 1 --saturate --max-num-seqs ${SAT_SEQS:-64} \
+        --gpu-memory-utilization ${SAT_UTIL:-0.35} --out "$OUT/saturated"
+      tar -C "$OUT" -czf "$OUT/saturated.tgz" saturated && rm -rf "$OUT/saturated" ;;
     bench-quality)
-      step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --out "$OUT/quality" ;;
+      step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
+      tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done

@@ -140,41 +140,54 @@ def kernel_facts(fn) -> list[str]:
     return out
 
 
-def sweep_decode(results):
+def sweep_decode(results, config_out=None):
+    """Sweep decode launch options; the best overall (geometric mean of time over the shapes) is
+    written as an S4KV_KERNEL_CONFIG file when config_out is given."""
     from s4kv.kernels.bench import bench_case, copy_bandwidth
 
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
     shapes = ((1024, 64), (8192, 32), (32768, 8))
-    best = {}
-    for nw, ns in itertools.product((4, 8), (1, 2, 3)):
-        kernels.LAUNCH[("decode", 128)] = dict(num_warps=nw, num_stages=ns)
-        for pps in (2, 4, 8):
-            dec.PROGRAMS_PER_SM, dec.MAX_SPLITS = pps, 64
-            for ctx, b in shapes:
-                try:
-                    r = bench_case(ctx, b)
-                except Exception as e:
-                    print(f"nw={nw} ns={ns} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
-                    continue
-                frac = r["bandwidth"] / copy
-                r.update(probe="decode", num_warps=nw, num_stages=ns, programs_per_sm=pps, fraction_of_copy=frac)
-                results.append(r)
-                print(f"nw={nw} ns={ns} pps={pps:2d} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: "
-                      f"{r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
-                if (ctx, b) not in best or r["ms"] < best[(ctx, b)]["ms"]:
-                    best[(ctx, b)] = r
-        print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
-    for (ctx, b), r in best.items():
-        print(f"best {ctx}x{b}: nw={r['num_warps']} ns={r['num_stages']} pps={r['programs_per_sm']} "
-              f"{r['ms'] * 1e3:.1f} us {r['fraction_of_copy']:.1%}", flush=True)
+    variants = {}
+    for sub, nw, ns, pps in itertools.product((128, 64, 32), (4,), (1, 2, 3), (2, 4, 8)):
+        kernels.LAUNCH[("decode", 128)] = {"num_warps": nw, "num_stages": ns, "SUB": sub}
+        kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64}
+        times = []
+        for ctx, b in shapes:
+            try:
+                r = bench_case(ctx, b)
+            except Exception as e:
+                print(f"SUB={sub} nw={nw} ns={ns} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
+                break
+            frac = r["bandwidth"] / copy
+            r.update(probe="decode", num_warps=nw, num_stages=ns, SUB=sub, programs_per_sm=pps,
+                     fraction_of_copy=frac)
+            results.append(r)
+            times.append(r["ms"])
+            print(f"SUB={sub:3d} nw={nw} ns={ns} pps={pps:2d} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: "
+                  f"{r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
+        else:
+            variants[(sub, nw, ns, pps)] = math.prod(times) ** (1 / len(times))
+        if pps == 8:
+            print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
+    (sub, nw, ns, pps), gm = min(variants.items(), key=lambda kv: kv[1])
+    print(f"best: SUB={sub} num_warps={nw} num_stages={ns} programs/SM={pps} (geomean {gm * 1e3:.1f} us)",
+          flush=True)
     kernels.LAUNCH.clear()
+    if config_out:
+        with open(config_out, "w") as f:
+            json.dump([{"kernel": "decode", "head_size": d,
+                        "options": {"num_warps": nw, "num_stages": ns, "SUB": sub}} for d in (64, 128)]
+                      + [{"kernel": "decode-grid", "head_size": 0, "options": {"programs_per_sm": pps, "max_splits": 64}},
+                         {"kernel": "prefill", "head_size": 64, "options": {"num_warps": 2}}], f, indent=1)
+        print(f"wrote {config_out}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode"])
     ap.add_argument("--json")
+    ap.add_argument("--config-out", help="decode: write the best launch options here (S4KV_KERNEL_CONFIG)")
     ap.add_argument("--store", default="", help="d64: store launch options, e.g. num_warps=8")
     ap.add_argument("--prefill", default="", help="d64: prefill launch options, e.g. num_warps=2,num_stages=1")
     args = ap.parse_args()
@@ -187,7 +200,10 @@ def main():
         if p == "d64":
             probe_d64(results, {"store": opts(args.store), "prefill": opts(args.prefill)})
         else:
-            {"rot": probe_rotation, "decode": sweep_decode}[p](results)
+            if p == "decode":
+                sweep_decode(results, args.config_out)
+            else:
+                probe_rotation(results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
