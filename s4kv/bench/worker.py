@@ -148,6 +148,15 @@ def check_kv_dtype(kv: str, conf: dict, model_dtype: str | None = None) -> tuple
         hs = head_size(conf)
         dtype = model_torch_dtype({"dtype": model_dtype} if model_dtype and model_dtype != "auto" else conf)
         sel = AttentionSelectorConfig(head_size=hs, dtype=dtype, kv_cache_dtype=kv, block_size=None)
+        if kv == "int4_kivi":
+            # the patched selector hands int4_kivi layers to s4kv before any platform backend
+            from s4kv.vllm_hooks import select_attn_backend
+
+            try:
+                backend = select_attn_backend(None, sel)
+            except ValueError as e:
+                return "refused", str(e), None
+            return "ok", None, backend.get_name()
         try:
             path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
         except (ValueError, NotImplementedError) as e:  # CUDA: no backend supports it
