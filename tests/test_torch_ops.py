@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from paged_harness import Engine
 from paged_harness import check as _check
 

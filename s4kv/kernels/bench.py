@@ -80,8 +80,8 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     tail = context - (context // bs) * bs
     read = batch * hkv * (((context) // bs) * lay.region_bytes + tail * 2 * d * q.element_size()) \
         + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
-    row = dict(context=context, batch=batch, hq=hq, hkv=hkv, d=d, splits=md.decode_splits,
-               ms=ms, bytes_read=read, bandwidth=read / (ms * 1e-3))
+    row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
+               "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3)}
     fa = _flash_decode_ms(context, batch, hq, hkv, d, dtype)
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
@@ -92,7 +92,7 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
 def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
     try:
         from vllm.vllm_flash_attn import flash_attn_with_kvcache
-    except Exception:
+    except Exception:  # noqa: BLE001 - no vLLM or a build without it: the baseline is optional
         return None
     block = 16
     nb = batch * math.ceil(context / block)
@@ -104,7 +104,7 @@ def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
     try:
         return _graph_time(lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seq, block_table=bt,
                                                            causal=True))
-    except Exception as e:  # report, do not fail the int4 numbers
+    except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
         print(f"flash-attn decode unavailable: {e}", file=sys.stderr)
         return None
 

@@ -15,6 +15,7 @@ the sequence lengths on the device.
 """
 
 import math
+from typing import ClassVar
 
 import torch
 import triton
@@ -203,8 +204,8 @@ class DecodeWorkspace:
     """Split partials, reserved once per process while the model loads (so vLLM's memory profiling
     counts them) and never reallocated (captured CUDA graphs keep reading the same addresses)."""
 
-    _buffers: dict = {}
-    _reserved: set = set()
+    _buffers: ClassVar[dict] = {}
+    _reserved: ClassVar[set] = set()
 
     @staticmethod
     def capacity(max_rows: int, num_kv_heads: int, num_sms: int) -> int:

@@ -69,7 +69,7 @@ def _prefill_kernel(
 
     last_q = ctx + tl.minimum(m0 + BLOCK_M, qlen) - 1
     n_pages = (last_q + 1) // BS
-    for page in range(0, n_pages):
+    for page in range(n_pages):
         block_id = tl.load(block_table_ptr + row * stride_bt + page).to(tl.int64)
         region = cache_ptr + block_id * stride_cb + h * stride_ch
         ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))

@@ -33,8 +33,9 @@ def fp16_down(x):
 @triton.jit
 def saturate(x):
     """fp32 copy with NaN -> 0 and values clamped to the fp16 range; plus the non-finite mask."""
-    bad = (x != x) | (tl.abs(x) == float("inf"))
-    y = tl.where(x != x, 0.0, x)
+    is_nan = x != x  # noqa: PLR0124 - the NaN test Triton lowers everywhere
+    bad = is_nan | (tl.abs(x) == float("inf"))
+    y = tl.where(is_nan, 0.0, x)
     y = tl.minimum(tl.maximum(y, -FP16_MAX), FP16_MAX)
     return y, bad
 

@@ -12,7 +12,6 @@ block and head strides, so any vLLM layout whose (token, byte) dims are innermos
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
