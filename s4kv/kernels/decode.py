@@ -47,7 +47,6 @@ def _decode_kernel(
     split = tl.program_id(2)
     g = tl.arange(0, G_PAD)
     c = tl.arange(0, HALF)
-    t = tl.arange(0, BS)
     g_ok = g < GROUP
     hq = h * GROUP + g
     part_base = (row * (GROUP * tl.num_programs(1)) + hq) * SPLITS + split
@@ -120,41 +119,48 @@ def _decode_kernel(
         acc_lo, acc_hi = rotate_halves(acc_lo, acc_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
 
         if is_last:
-            # exact tail (original basis): residual positions n_pages*BS .. p-1, then this step's token
+            # exact tail (original basis): residual positions n_pages*BS .. p-1 in SUB-token tiles
+            # (small live tiles keep the kernel's register peak down), then this step's token
             tail = p - n_pages * BS  # residual tokens before p (-1: the block just completed)
             slot = tl.load(slots_ptr + row)
-            rk = res_ptr + slot * stride_rs + h * stride_rh + t[:, None] * stride_rt
-            rmask = (t < tail)[:, None]
-            rk_lo = tl.load(rk + c[None, :], mask=rmask, other=0.0)
-            rk_hi = tl.load(rk + HALF + c[None, :], mask=rmask, other=0.0)
-            # unscaled model-dtype operands, scaled in fp32 after the product (as a 16-bit cache would)
-            s = tl.dot(qx_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
-            s += tl.dot(qx_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)))
-            s = tl.where((t < tail)[None, :], s * scale, -float("inf"))
+            res_row = res_ptr + slot * stride_rs + h * stride_rh
+            for t0 in range(0, tail, SUB):
+                tt = t0 + tl.arange(0, SUB)
+                in_tail = tt < tail
+                rk = res_row + tt[:, None] * stride_rt
+                rk_lo = tl.load(rk + c[None, :], mask=in_tail[:, None], other=0.0)
+                rk_hi = tl.load(rk + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
+                # unscaled model-dtype operands, scaled in fp32 after the product (as a 16-bit cache)
+                s = tl.dot(qx_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
+                s += tl.dot(qx_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)))
+                s = tl.where(in_tail[None, :], s * scale, -float("inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+                alpha = tl.exp2(m_i - m_safe)
+                pr = tl.exp2(s - m_safe[:, None])
+                l_i = l_i * alpha + tl.sum(pr, axis=1)
+                rv = rk + stride_rkv
+                rv_lo = tl.load(rv + c[None, :], mask=in_tail[:, None], other=0.0)
+                rv_hi = tl.load(rv + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
+                acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE))
+                acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE))
+                m_i = m_new
             # this step's token (exact unless it completed its block, then it is in a page)
-            has_new = tail >= 0
             nk = k_ptr + q_start * stride_kt + h * stride_kh
             nk_lo = tl.load(nk + c).to(tl.float32)
             nk_hi = tl.load(nk + HALF + c).to(tl.float32)
             s_new = tl.sum(qs_lo * nk_lo[None, :], axis=1) + tl.sum(qs_hi * nk_hi[None, :], axis=1)
-            s_new = tl.where(has_new, s_new, -float("inf"))
-
-            m_new = tl.maximum(tl.maximum(m_i, tl.max(s, axis=1)), s_new)
+            s_new = tl.where(tail >= 0, s_new, -float("inf"))
+            m_new = tl.maximum(m_i, s_new)
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
-            pr = tl.exp2(s - m_safe[:, None])
             p_new = tl.exp2(s_new - m_safe)
-            l_i = l_i * alpha + tl.sum(pr, axis=1) + p_new
-            rv = rk + stride_rkv
-            rv_lo = tl.load(rv + c[None, :], mask=rmask, other=0.0)
-            rv_hi = tl.load(rv + HALF + c[None, :], mask=rmask, other=0.0)
+            l_i = l_i * alpha + p_new
             nv = v_ptr + q_start * stride_vt + h * stride_vh
             nv_lo = tl.load(nv + c).to(tl.float32)
             nv_hi = tl.load(nv + HALF + c).to(tl.float32)
-            acc_lo = acc_lo * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE)) \
-                + p_new[:, None] * nv_lo[None, :]
-            acc_hi = acc_hi * alpha[:, None] + tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE)) \
-                + p_new[:, None] * nv_hi[None, :]
+            acc_lo = acc_lo * alpha[:, None] + p_new[:, None] * nv_lo[None, :]
+            acc_hi = acc_hi * alpha[:, None] + p_new[:, None] * nv_hi[None, :]
             m_i = m_new
 
     o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)

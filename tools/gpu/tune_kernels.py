@@ -149,35 +149,43 @@ def sweep_decode(results, config_out=None):
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
     shapes = ((1024, 64), (8192, 32), (32768, 8))
     variants = {}
-    for sub, nw, ns, pps in itertools.product((128, 64, 32), (4,), (1, 2, 3), (2, 4, 8)):
-        kernels.LAUNCH[("decode", 128)] = {"num_warps": nw, "num_stages": ns, "SUB": sub}
+    # maxnreg caps registers per thread (None: the compiler's choice, ~250 for this kernel, which
+    # leaves room for two programs per SM)
+    for sub, nreg, ns, pps in itertools.product((128, 64, 32), (None, 168, 128), (2, 3), (4, 8)):
+        nw = 4
+        opts = {"num_warps": nw, "num_stages": ns, "SUB": sub}
+        if nreg:
+            opts["maxnreg"] = nreg
+        kernels.LAUNCH[("decode", 128)] = opts
         kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64}
         times = []
         for ctx, b in shapes:
             try:
                 r = bench_case(ctx, b)
             except Exception as e:
-                print(f"SUB={sub} nw={nw} ns={ns} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
+                print(f"SUB={sub} maxnreg={nreg} ns={ns} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300],
+                      flush=True)
                 break
             frac = r["bandwidth"] / copy
-            r.update(probe="decode", num_warps=nw, num_stages=ns, SUB=sub, programs_per_sm=pps,
+            r.update(probe="decode", num_warps=nw, num_stages=ns, SUB=sub, maxnreg=nreg, programs_per_sm=pps,
                      fraction_of_copy=frac)
             results.append(r)
             times.append(r["ms"])
-            print(f"SUB={sub:3d} nw={nw} ns={ns} pps={pps:2d} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: "
+            print(f"SUB={sub:3d} maxnreg={nreg} ns={ns} pps={pps:2d} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: "
                   f"{r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
         else:
-            variants[(sub, nw, ns, pps)] = math.prod(times) ** (1 / len(times))
+            variants[(sub, nreg, ns, pps)] = math.prod(times) ** (1 / len(times))
         if pps == 8:
             print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
-    (sub, nw, ns, pps), gm = min(variants.items(), key=lambda kv: kv[1])
-    print(f"best: SUB={sub} num_warps={nw} num_stages={ns} programs/SM={pps} (geomean {gm * 1e3:.1f} us)",
+    (sub, nreg, ns, pps), gm = min(variants.items(), key=lambda kv: kv[1])
+    print(f"best: SUB={sub} maxnreg={nreg} num_stages={ns} programs/SM={pps} (geomean {gm * 1e3:.1f} us)",
           flush=True)
+    best = {"num_warps": 4, "num_stages": ns, "SUB": sub, **({"maxnreg": nreg} if nreg else {})}
     kernels.LAUNCH.clear()
     if config_out:
         with open(config_out, "w") as f:
             json.dump([{"kernel": "decode", "head_size": d,
-                        "options": {"num_warps": nw, "num_stages": ns, "SUB": sub}} for d in (64, 128)]
+                        "options": best} for d in (64, 128)]
                       + [{"kernel": "decode-grid", "head_size": 0, "options": {"programs_per_sm": pps, "max_splits": 64}},
                          {"kernel": "prefill", "head_size": 64, "options": {"num_warps": 2}}], f, indent=1)
         print(f"wrote {config_out}", flush=True)
