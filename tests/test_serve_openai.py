@@ -122,18 +122,36 @@ def test_chat_completions(server):
 
 @PENDING_INT4_KIVI
 def test_greedy_int4_kivi_equals_bf16(servers):
-    """The issue's criterion, literally: greedy output equal to the bf16 server's (MAX_TOKENS
-    tokens, completions and chat). All pairs are compared and every mismatch reported."""
+    """The issue's criterion: greedy output equal to the bf16 server's (MAX_TOKENS tokens,
+    completions and chat), for requests that stay inside the first block (prompt + output <= 128
+    tokens, checked from the usage). int4_kivi keeps a request's incomplete block exact in its
+    residual slot, bit-identical to what a bf16 cache holds, and quantizes a block only when it is
+    complete, so such a request never reads an int4 page. (Longer requests read int4 pages and may
+    legitimately diverge; tests/test_e2e_int4_kivi.py measures those against bf16.) All pairs are
+    compared and every mismatch reported."""
+    from s4kv import format as fmt
+
     int4, bf16 = client(servers["int4_kivi"]), client(servers["auto"])
     mismatches = []
     for prompt in PROMPTS:
-        for kind, fn in (("completions", complete), ("chat", chat)):
-            a, b = fn(int4, prompt), fn(bf16, prompt)
-            if a != b:
-                same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        for kind in ("completions", "chat"):
+            a, b = (_greedy_with_usage(c, kind, prompt) for c in (int4, bf16))
+            for _, usage in (a, b):
+                assert usage.prompt_tokens + usage.completion_tokens <= fmt.BLOCK_SIZE, (kind, prompt, usage)
+            if a[0] != b[0]:
+                same = next((i for i, (x, y) in enumerate(zip(a[0], b[0])) if x != y), min(len(a[0]), len(b[0])))
                 mismatches.append(f"{kind} {prompt!r}: equal for {same} chars, then int4_kivi "
-                                  f"{a[same:]!r} vs bf16 {b[same:]!r}")
+                                  f"{a[0][same:]!r} vs bf16 {b[0][same:]!r}")
     assert not mismatches, "\n".join(mismatches)
+
+
+def _greedy_with_usage(c, kind: str, prompt: str):
+    if kind == "completions":
+        r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+        return r.choices[0].text, r.usage
+    r = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
+                                  max_tokens=MAX_TOKENS, temperature=0)
+    return r.choices[0].message.content, r.usage
 
 
 # --------------------------------------------------------------------------------- bad input
