@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import LAUNCHER, free_port, kill_group
 
-INT4_KIVI_READY = False
+INT4_KIVI_READY = True
 
 
 def int4_kivi_ready() -> bool:
