@@ -38,10 +38,15 @@ and plain decode all compute the same function.
 
 Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
 ------------------------------------------------------------------------------
-    [ key codes   : BLOCK_SIZE * D/2 bytes ]  token-major; byte i of a token holds the code of
-    [ value codes : BLOCK_SIZE * D/2 bytes ]  channel i in its low nibble and of channel i + D/2
-                                              in its high nibble (so unpacking yields the two
-                                              halves of the head without interleaving)
+    [ key codes   : BLOCK_SIZE * D/2 bytes ]  token-major: byte (t, i) at t * D/2 + i
+    [ value codes : BLOCK_SIZE * D/2 bytes ]  channel-major: byte (t, i) at i * BLOCK_SIZE + t
+                                              Byte (t, i) holds the code of channel i of token t
+                                              in its low nibble and of channel i + D/2 in its high
+                                              nibble (so unpacking yields the two halves of the
+                                              head without interleaving). Each code region is
+                                              ordered along the axis its attention product sums
+                                              over (channels for q.k, tokens for p@V), so a
+                                              thread's share of a dot operand is contiguous bytes.
     [ value scale : BLOCK_SIZE fp16        ]  one per token
     [ key scale   : D fp16                 ]  one per channel
     [ key min     : D fp16                 ]  one per channel
@@ -305,7 +310,7 @@ def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
     parts = [
         pack_codes(kc).flatten(n),
-        pack_codes(vc).flatten(n),
+        pack_codes(vc).transpose(-1, -2).flatten(n),  # channel-major
         as_bytes(vs, SCALE_DTYPE),
         as_bytes(ks, SCALE_DTYPE),
         as_bytes(km, SCALE_DTYPE),
@@ -328,7 +333,7 @@ def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtyp
         return regions[..., off:off + 2 * n].contiguous().view(SCALE_DTYPE).float()
 
     kc = unpack_codes(regions[..., lay.k_codes:lay.v_codes].reshape(*lead, t, half))
-    vc = unpack_codes(regions[..., lay.v_codes:lay.v_scale].reshape(*lead, t, half))
+    vc = unpack_codes(regions[..., lay.v_codes:lay.v_scale].reshape(*lead, half, t).transpose(-1, -2))
     k = dequantize_keys(kc, f16(lay.k_scale, head_size), f16(lay.k_min, head_size))
     first = regions[..., lay.first_key:lay.region_bytes].contiguous().view(first_key_dtype(model_dtype))
     k[..., 0, :] = first.float()

@@ -19,10 +19,15 @@ def tl_dtype(dtype: torch.dtype):
     return _TL[dtype]
 
 
+def interpreted() -> bool:
+    """Kernels run under Triton's interpreter (CPU tests): no inline PTX, no bf16 dots."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def dot_dtype(dtype: torch.dtype):
     """Operand dtype of tl.dot for a model dtype. Triton's interpreter (3.9) computes bf16 dots
     wrongly, so interpreted runs use fp32 operands (the kernels' logic is what CPU tests check)."""
-    if os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16:
+    if interpreted() and dtype == torch.bfloat16:
         return tl.float32
     return _TL[dtype]
 

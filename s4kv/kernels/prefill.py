@@ -98,7 +98,7 @@ def _prefill_kernel(
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)
         pv = pr * vs[None, :]
         corr = 7.5 * tl.sum(pv, axis=1)
-        vc = tl.load(region + V_CODES + t[:, None] * HALF + c[None, :])
+        vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
         acc_lo = acc_lo * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc & 0xF).to(DOT_DTYPE)) - corr[:, None]
         acc_hi = acc_hi * alpha[:, None] + tl.dot(pv.to(DOT_DTYPE), (vc >> 4).to(DOT_DTYPE)) - corr[:, None]
         m_i = m_new

@@ -111,7 +111,8 @@ def _store_blocks_kernel(
     vinv = safe_inverse(vs)[:, None]
     w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 8.0), 0.0), 15.0)
     w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
-    tl.store(region + V_CODES + t[:, None] * HALF + c[None, :], w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4))
+    tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
+             w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4))
     tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
 
 
