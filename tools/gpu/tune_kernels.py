@@ -7,8 +7,9 @@ rot:    rotate_halves alone (the in-kernel rotation) against torch for every til
         use, with the first-row extraction the store kernel does, under several num_warps.
 d64:    the head_dim-64 store and chunk-attention checks of debug_kernels.py under several
         num_warps for the store and prefill kernels.
-decode: split-KV decode time over (num_warps, num_stages, programs per SM) on the benchmark shapes
-        (Qwen2.5-7B: 28/4 heads, head_dim 128), with registers/spills/shared memory per variant.
+decode: split-KV decode time over (page tile, page pipeline depth, register cap, programs per SM)
+        on the benchmark shapes (Qwen2.5-7B: 28/4 heads, head_dim 128), with registers/spills/shared
+        memory per variant.
 """
 
 import argparse
@@ -149,13 +150,13 @@ def sweep_decode(results, config_out=None):
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
     shapes = ((1024, 64), (8192, 32), (32768, 8))
     variants = {}
-    # maxnreg caps registers per thread (None: the compiler's choice, ~250 for this kernel, which
-    # leaves room for two programs per SM)
-    for sub, nreg, ns, pps in itertools.product((128, 64, 32), (None, 168, 128), (2, 3), (4, 8)):
-        nw = 4
-        opts = {"num_warps": nw, "num_stages": ns, "SUB": sub}
-        if nreg:
-            opts["maxnreg"] = nreg
+    # the decode kernel's knobs (s4kv.kernels.decode.DECODE_DEFAULTS): page tile, page pipeline depth
+    # (2: one buffer; 5: double-buffered pages), register cap (None: the compiler's choice), page
+    # programs per SM for the split count
+    base = dict(dec.DECODE_DEFAULTS)
+    for sub, stages, nreg, pps in itertools.product((128, 64), (5, 2), (128, None), (4, 8)):
+        opts = {**base, "SUB": sub, "PAGE_STAGES": stages, "maxnreg": nreg}  # None: no cap
+        key = (sub, stages, nreg, pps)
         kernels.LAUNCH[("decode", 128)] = opts
         kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64}
         times = []
@@ -163,24 +164,21 @@ def sweep_decode(results, config_out=None):
             try:
                 r = bench_case(ctx, b)
             except Exception as e:
-                print(f"SUB={sub} maxnreg={nreg} ns={ns} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300],
+                print(f"SUB={sub} stages={stages} maxnreg={nreg} pps={pps} {ctx}x{b}: {type(e).__name__} {e}"[:300],
                       flush=True)
                 break
             frac = r["bandwidth"] / copy
-            r.update(probe="decode", num_warps=nw, num_stages=ns, SUB=sub, maxnreg=nreg, programs_per_sm=pps,
-                     fraction_of_copy=frac)
+            r.update(probe="decode", options=opts, programs_per_sm=pps, fraction_of_copy=frac)
             results.append(r)
             times.append(r["ms"])
-            print(f"SUB={sub:3d} maxnreg={nreg} ns={ns} pps={pps:2d} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: "
-                  f"{r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
+            print(f"SUB={sub:3d} stages={stages} maxnreg={nreg} pps={pps:2d} {ctx:6d}x{b:<3d} "
+                  f"splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
         else:
-            variants[(sub, nreg, ns, pps)] = math.prod(times) ** (1 / len(times))
+            variants[key] = (math.prod(times) ** (1 / len(times)), opts)
         if pps == 8:
             print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
-    (sub, nreg, ns, pps), gm = min(variants.items(), key=lambda kv: kv[1])
-    print(f"best: SUB={sub} maxnreg={nreg} num_stages={ns} programs/SM={pps} (geomean {gm * 1e3:.1f} us)",
-          flush=True)
-    best = {"num_warps": 4, "num_stages": ns, "SUB": sub, **({"maxnreg": nreg} if nreg else {})}
+    (sub, stages, nreg, pps), (gm, best) = min(variants.items(), key=lambda kv: kv[1][0])
+    print(f"best: {best} programs/SM={pps} (geomean {gm * 1e3:.1f} us)", flush=True)
     kernels.LAUNCH.clear()
     if config_out:
         with open(config_out, "w") as f:

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Static facts of the decode kernel for a GPU architecture, compiled on a machine without a GPU.
+
+    python tools/kernel_static.py [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2] [--dtype bf16,fp16]
+                                  [--options '{"SUB": 64}' ...] [--json OUT] [--source CHECKOUT]
+
+Triton compiles the kernels for the target (its bundled ptxas), through a stand-in driver that
+never launches; cuobjdump gives registers, spills and SASS. Per kernel variant it reports:
+registers, spills and shared memory per program; how many programs fit on one SM (registers,
+shared memory and threads of the architecture); how many buffers the software pipeline gives
+the page's code tiles (2: the next page loads while one is computed); and the instruction mix of
+the page loop (the loop with the most tensor-core instructions), per warp and per program. These are compile-time
+facts, not timings: what they predict about speed needs the GPU (tools/gpu/tune_kernels.py).
+Run with the Triton of the GPU machine (nox -s kernels-static pins it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+
+_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+# Per-SM limits (CUDA programming guide, compute capabilities): shared memory usable by blocks,
+# registers, threads, resident blocks; each block also reserves 1 KiB of shared memory.
+ARCH = {
+    80: {"name": "A100", "smem": 167936, "regs": 65536, "threads": 2048, "blocks": 32},
+    86: {"name": "A10G", "smem": 102400, "regs": 65536, "threads": 1536, "blocks": 16},
+    89: {"name": "L4/L40S", "smem": 102400, "regs": 65536, "threads": 1536, "blocks": 24},
+    90: {"name": "H100/H200", "smem": 233472, "regs": 65536, "threads": 2048, "blocks": 32},
+}
+SHAPES = {"qwen2.5-7b": (28, 4, 128), "smollm2": (9, 3, 64)}  # query heads, kv heads, head_dim
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _cuobjdump(cubin: bytes, *flags: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([os.path.join(_BIN, "cuobjdump"), *flags, f.name], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def resource_usage(cubin: bytes) -> tuple[int, int]:
+    """(registers per thread, spill stack bytes) from cuobjdump -res-usage."""
+    out = _cuobjdump(cubin, "-res-usage")
+    stack = re.search(r"STACK:(\d+)", out)
+    return int(re.search(r"REG:(\d+)", out).group(1)), int(stack.group(1)) if stack else 0
+
+
+class CompileOnlyDriver:
+    """Triton's active driver for a target GPU that is not there: kernels compile, launches do nothing."""
+
+    def __init__(self, cc: int):
+        self.target = GPUTarget("cuda", cc, 32)
+        limits = ARCH[cc]
+
+        class Utils:
+            def get_device_properties(self, device):
+                return {"max_shared_mem": limits["smem"] - 1024, "multiprocessor_count": 132,
+                        "max_num_regs": limits["regs"], "warpSize": 32}
+
+            def load_binary(self, name, cubin, shared, device):
+                regs, spills = resource_usage(cubin)
+                return None, None, regs, spills, 1024
+
+        self.utils = Utils()
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+    def launcher_cls(self, src, metadata):
+        return lambda *args, **kwargs: None
+
+    def is_active(self):
+        return True
+
+
+def parse_sass(sass: str) -> list[tuple[int, str]]:
+    """(address, opcode with modifiers) of every instruction, predicates dropped."""
+    out = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if m:
+            text = re.sub(r"^@!?U?P[T0-9]+\s+", "", m.group(2))
+            out.append((int(m.group(1), 16), text.split()[0]))
+    return out
+
+
+def loops(sass: str) -> list[collections.Counter]:
+    """Instruction counts of every loop body (a backward branch and the code it jumps over)."""
+    ins = parse_sass(sass)
+    bodies = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", line)
+        if m and m.group(2) and int(m.group(2), 16) < int(m.group(1), 16):
+            lo, hi = int(m.group(2), 16), int(m.group(1), 16)
+            bodies.append(collections.Counter(op for a, op in ins if lo <= a <= hi))
+    return bodies
+
+
+def _mma(counter: collections.Counter) -> int:
+    return sum(n for op, n in counter.items() if op.startswith(("HMMA", "HGMMA")))
+
+
+def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
+    """Programs resident per SM: registers are allocated per warp in units of 256."""
+    lim = ARCH[cc]
+    warp_regs = -(-regs * 32 // 256) * 256
+    return min(lim["regs"] // (warp_regs * num_warps), lim["smem"] // (shared + 1024),
+               lim["threads"] // (32 * num_warps), lim["blocks"])
+
+
+def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
+    from s4kv import format as fmt
+    from s4kv import kernels
+    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels import decode
+
+    hq, hkv, d = SHAPES[shape]
+    dt = DTYPES[dtype]
+    rows, context = 8, 1000
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+    md = S4KVMetadata(rows, rows, 1, context, i32(list(range(rows + 1))), i32([context] * rows),
+                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
+                      i32(list(range(rows + 1))), i32([context] * rows), i32(list(range(rows))))
+    plan_launch(md, hkv, num_sms=132, uniform_decode=True)
+    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    q = torch.zeros(rows, hq, d, dtype=dt)
+    k = torch.zeros(rows, hkv, d, dtype=dt)
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[("decode", d)] = dict(options)
+    decode._decode_kernel.device_caches.clear()
+    try:
+        decode.decode_attention(q, k, k.clone(), res, regions, md, rows, d ** -0.5, torch.zeros_like(q),
+                                md.decode_splits)
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+    (kern,) = decode._decode_kernel.device_caches[0][0].values()
+    kern._init_handles()
+    sass = _cuobjdump(kern.kernel, "-sass")
+    bodies = loops(sass)
+    page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
+    nw = kern.metadata.num_warps
+    per_warp = sum(page.values())
+    # the software pipeline's buffers of the page's code tiles (uint8): 2 = the next page is in flight
+    # while one is computed; 1 = its copy is issued only after the compute
+    buffers = [int(n) for n in re.findall(r"ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+xi8",
+                                           kern.asm["ttgir"])]
+    top = {op: n for op, n in page.most_common(12)}
+    return {
+        "arch": f"sm{cc}", "gpu": ARCH[cc]["name"], "shape": shape, "dtype": dtype, "options": options,
+        "num_warps": nw, "registers": kern.n_regs, "spill_bytes": kern.n_spills, "shared_bytes": kern.metadata.shared,
+        "programs_per_sm": occupancy(cc, kern.n_regs, kern.metadata.shared, nw),
+        "code_tile_buffers": max(buffers, default=0),
+        "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
+                      "mma_per_warp": _mma(page),
+                      "int_to_float_per_warp": sum(n for op, n in page.items() if op.startswith("I2F")),
+                      "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
+                      "top": top},
+        "triton": triton.__version__,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", default="80,86,89,90")
+    ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
+    ap.add_argument("--dtype", default="bf16,fp16")
+    ap.add_argument("--options", action="append", default=None,
+                    help="decode launch options as JSON (repeatable); default: the kernel's defaults")
+    ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--source", help="import s4kv from this checkout (e.g. a git worktree of an older commit)")
+    args = ap.parse_args(argv)
+    if args.source:
+        sys.path.insert(0, os.path.abspath(args.source))
+    variants = [json.loads(o) for o in (args.options or ["{}"])]
+    rows = []
+    import s4kv
+
+    print(f"triton {triton.__version__}; s4kv from {os.path.dirname(s4kv.__file__)}", flush=True)
+    print(f"{'arch':>5} {'shape':>11} {'dtype':>5} {'options':<40} {'regs':>4} {'spill':>5} {'smem':>6} "
+          f"{'prog/SM':>7} {'bufs':>4} {'loop/warp':>9} {'loop/prog':>9} {'mma':>4} {'i2f':>4} {'bar':>4}")
+    for cc in map(int, args.arch.split(",")):
+        driver.set_active(CompileOnlyDriver(cc))
+        for shape in args.shape.split(","):
+            for dtype in args.dtype.split(","):
+                for opts in variants:
+                    r = decode_variant(cc, shape, dtype, opts)
+                    rows.append(r)
+                    lp = r["page_loop"]
+                    print(f"{r['arch']:>5} {shape:>11} {dtype:>5} {json.dumps(opts):<40} {r['registers']:4d} "
+                          f"{r['spill_bytes']:5d} {r['shared_bytes']:6d} {r['programs_per_sm']:7d} "
+                          f"{r['code_tile_buffers']:4d} "
+                          f"{lp['instructions_per_warp']:9d} {lp['instructions_per_program']:9d} "
+                          f"{lp['mma_per_warp']:4d} {lp['int_to_float_per_warp']:4d} {lp['barriers_per_warp']:4d}",
+                          flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
