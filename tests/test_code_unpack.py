@@ -1,4 +1,4 @@
-"""The inline PTX that turns packed code bytes into dot operands (s4kv.kernels.quant.unpack_ptx).
+"""The inline PTX that turns packed code bytes into dot operands (s4kv.kernels.code_ptx).
 
 CI has no GPU and Triton's interpreter cannot run inline assembly, so these programs run here
 through an emulator of exactly the PTX instructions they use; every byte value in every byte
@@ -6,12 +6,16 @@ position must come out as the code (keys) or the code - 7.5 (values), in the ele
 kernels rely on.
 """
 
+import os
 import re
 
 import pytest
 import torch
 
-from s4kv.kernels.quant import unpack_ptx
+if not torch.cuda.is_available():  # importing s4kv.kernels imports Triton, which reads this once
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from s4kv.kernels.code_ptx import unpack_ptx
 
 MASK = 0xFFFFFFFF
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
