@@ -216,3 +216,21 @@ def test_decode_step_replays_in_a_cuda_graph():
             err = ((got[i].cpu() - ref[0]).norm() / ref[0].norm()).item()
             assert err < TOL[dtype], (step, name, p, err)
             req["done"] += 1
+
+
+def test_startup_self_check_passes_and_refuses_a_wrong_kernel(monkeypatch):
+    """The check the backend runs before serving (s4kv.kernels.selfcheck): the kernels pass it, and
+    a decode kernel that computes something else stops the engine with the reason."""
+    from s4kv.backend import triton_ops
+    from s4kv.kernels import selfcheck
+
+    selfcheck.check_kernels(8, 2, 64, torch.float16, torch.device(DEVICE))
+    real = triton_ops.decode_attention
+
+    def off_by_a_bit(q, k, v, res, regions, md, num_decodes, sm_scale, out, splits):
+        real(q, k, v, res, regions, md, num_decodes, sm_scale * 1.25, out, splits)
+
+    monkeypatch.setattr(triton_ops, "decode_attention", off_by_a_bit)
+    with pytest.raises(selfcheck.KernelSelfCheckError, match="decode attention of positions 293..293"):
+        selfcheck.check_kernels(4, 1, 64, torch.float16, torch.device(DEVICE))
+    assert (4, 1) not in {key[1:3] for key in selfcheck._checked}  # a refused shape is not remembered

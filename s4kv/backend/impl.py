@@ -68,6 +68,11 @@ class S4KVAttentionImpl(AttentionImpl):
 
             DecodeWorkspace.reserve(self.num_slots - 1, self.num_heads, self.head_size, self.num_kv_heads,
                                     num_sms(device), device)
+        if self._ops.__name__.endswith("triton_ops"):
+            from s4kv.kernels.selfcheck import check_kernels
+
+            # this GPU's compiled kernels against the reference, before anything is served
+            check_kernels(self.num_heads, self.num_kv_heads, self.head_size, dtype, device)
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata, output: torch.Tensor,

@@ -40,7 +40,7 @@ for s in "$@"; do
       command -v git >/dev/null || echo "no git binary on this machine: forklayer apply needs it"
       step patch python3 -m forklayer apply --vllm 0.24.0 --target /tmp/site ;;
     tests)
-      step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_format.py \
+      step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_code_unpack.py tests/test_format.py \
         tests/test_reference.py ;;
     smoke)
       CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0} step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
