@@ -1,5 +1,5 @@
 """Inline PTX that turns packed 4-bit code bytes into 16-bit float dot operands (text only: the
-Triton helpers that use it are s4kv.kernels.quant.key_operands / value_operands; CPU tests run it
+Triton helper that uses it is s4kv.kernels.quant.code_operands; CPU tests run it
 through an instruction emulator without importing any kernel)."""
 
 # Packed code bytes -> dot operands, 8 codes (4 bytes) per inline-PTX block, without the

@@ -11,7 +11,7 @@ which pages a split covers is computed from the sequence lengths on the device):
    original basis, as a 16-bit cache would. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
-   which become 16-bit operands by bit operations (s4kv.kernels.quant.key_operands).
+   which become 16-bit operands by bit operations (s4kv.kernels.quant.code_operands).
 3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits (log-sum-exp), rotates
    their sum back to the original basis once, adds the tail's partial and normalizes.
 """
@@ -25,7 +25,7 @@ import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
-from s4kv.kernels.quant import key_operands, rotate_halves, value_operands
+from s4kv.kernels.quant import code_operands, rotate_halves
 
 LOG2E = 1.4426950408889634
 
@@ -116,7 +116,7 @@ def _decode_kernel(
                 for sub in tl.static_range(BS // SUB):
                     ts = sub * SUB + tl.arange(0, SUB)
                     kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-                    k_lo, k_hi = key_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+                    k_lo, k_hi = code_operands(kc, False, CODE_DTYPE, DOT_DTYPE, USE_PTX)
                     s = tl.dot(qk_lo, tl.trans(k_lo))
                     s = tl.dot(qk_hi, tl.trans(k_hi), s)
                     s += s_min[:, None]
@@ -130,7 +130,7 @@ def _decode_kernel(
                     vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + ts).to(tl.float32)
                     pv = (pr * vs[None, :]).to(DOT_DTYPE)
                     vc = tl.load(region + V_CODES + c[None, :] * BS + ts[:, None])  # channel-major
-                    v_lo, v_hi = value_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+                    v_lo, v_hi = code_operands(vc, True, CODE_DTYPE, DOT_DTYPE, USE_PTX)
                     acc_lo = tl.dot(pv, v_lo, acc_lo * alpha[:, None])
                     acc_hi = tl.dot(pv, v_hi, acc_hi * alpha[:, None])
                     m_i = m_new

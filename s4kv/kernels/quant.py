@@ -87,30 +87,24 @@ def _unpack(packed, ASM: tl.constexpr, DT: tl.constexpr):
 
 
 @triton.jit
-def key_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
-    """Packed key code bytes (uint8: channel i in the low nibble, i + D/2 in the high) -> the codes
-    c of both halves as OP_DTYPE dot operands. USE_PTX: compiled (inline PTX); else the same values
-    with Triton operations (the interpreter)."""
+def code_operands(packed, VALUES: tl.constexpr, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr,
+                  USE_PTX: tl.constexpr):
+    """Packed code bytes (uint8: channel i in the low nibble, i + D/2 in the high) -> both halves as
+    OP_DTYPE dot operands: the codes c for keys, c - 7.5 (the value grid before its per-token scale)
+    for VALUES. USE_PTX: compiled (inline PTX); else the same values with Triton operations (the
+    interpreter)."""
     if USE_PTX:
         if CODE_DTYPE == tl.bfloat16:
-            lo, hi = _unpack(packed, UNPACK_K_BF16, tl.bfloat16)
+            if VALUES:
+                lo, hi = _unpack(packed, UNPACK_V_BF16, tl.bfloat16)
+            else:
+                lo, hi = _unpack(packed, UNPACK_K_BF16, tl.bfloat16)
+        elif VALUES:
+            lo, hi = _unpack(packed, UNPACK_V_FP16, tl.float16)
         else:
             lo, hi = _unpack(packed, UNPACK_K_FP16, tl.float16)
     else:
-        lo = (packed & 0xF).to(tl.float32)
-        hi = (packed >> 4).to(tl.float32)
-    return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
-
-
-@triton.jit
-def value_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
-    """Packed value code bytes -> c - 7.5 of both halves (the value grid before its per-token scale)."""
-    if USE_PTX:
-        if CODE_DTYPE == tl.bfloat16:
-            lo, hi = _unpack(packed, UNPACK_V_BF16, tl.bfloat16)
-        else:
-            lo, hi = _unpack(packed, UNPACK_V_FP16, tl.float16)
-    else:
-        lo = (packed & 0xF).to(tl.float32) - 7.5
-        hi = (packed >> 4).to(tl.float32) - 7.5
+        shift: tl.constexpr = 7.5 if VALUES else 0.0
+        lo = (packed & 0xF).to(tl.float32) - shift
+        hi = (packed >> 4).to(tl.float32) - shift
     return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
