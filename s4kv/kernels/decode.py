@@ -136,7 +136,7 @@ def _decode_kernel(
                     m_i = m_new
         else:
             # the exact tail (original basis, as a 16-bit cache): residual positions
-            # n_pages*BS .. p-1 in SUB-token tiles, then this step's token
+            # n_pages*BS .. p-1 in TAIL_SUB-token tiles, then this step's token
             scale = sm_scale * 1.4426950408889634  # exp2 domain
             qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
             qx_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)

@@ -1,4 +1,5 @@
-"""Triton helpers that mirror the scalar rules of ``s4kv.format`` (fp16 rounding, codes)."""
+"""Triton helpers that mirror the scalar rules of ``s4kv.format`` (fp16 rounding, codes), the
+rotation, and the code operands of the attention dots."""
 
 import triton
 import triton.language as tl
