@@ -261,6 +261,11 @@ class DecodeWorkspace:
         return max(r * (num_splits(r, num_kv_heads, num_sms) + 1) for r in range(1, max_rows + 1))
 
     @classmethod
+    def _fits(cls, key, partials: int, rows: int, hq: int, d: int) -> bool:
+        return key in cls._buffers and cls._buffers[key][1].shape[0] >= partials * hq \
+            and cls._buffers[key][2].numel() >= rows * hq * d
+
+    @classmethod
     def _allocate(cls, key, partials: int, rows: int, hq: int, d: int, device) -> None:
         cls._buffers[key] = (torch.empty(partials * hq * d, dtype=torch.float32, device=device),
                              torch.empty(partials * hq, 2, dtype=torch.float32, device=device),
@@ -270,8 +275,7 @@ class DecodeWorkspace:
     def reserve(cls, max_rows: int, hq: int, d: int, num_kv_heads: int, num_sms: int, device) -> None:
         key = (str(device), hq, d)
         partials = cls.capacity(max_rows, num_kv_heads, num_sms)
-        if key not in cls._buffers or cls._buffers[key][1].shape[0] < partials * hq \
-                or cls._buffers[key][2].numel() < max_rows * hq * d:
+        if not cls._fits(key, partials, max_rows, hq, d):
             cls._allocate(key, partials, max_rows, hq, d, device)
         cls._reserved.add(key)
 
@@ -280,9 +284,7 @@ class DecodeWorkspace:
         """(partial outputs, partial (max, sum), rotated queries) for `rows` decode rows."""
         key = (str(device), hq, d)
         partials = rows * (splits + 1)
-        fits = key in cls._buffers and cls._buffers[key][1].shape[0] >= partials * hq \
-            and cls._buffers[key][2].numel() >= rows * hq * d
-        if not fits:
+        if not cls._fits(key, partials, rows, hq, d):
             if key in cls._reserved:
                 raise RuntimeError(f"int4_kivi decode workspace reserved too small for {rows} rows "
                                    f"x {splits + 1} partials")
