@@ -13,8 +13,8 @@ import torch
 
 from s4kv import format as fmt
 
-# Relative L2 error against the fp32 reference that the kernel tests accept (tests/test_kernels.py):
-# bf16 attention keeps ~8 bits of each probability; fp16 and interpreted runs are tighter.
+# Relative L2 error against the fp32 reference (also the GPU kernel tests', tests/test_kernels.py):
+# bf16 attention keeps ~8 bits of each probability; fp16 is tighter.
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 4e-3, torch.float32: 4e-3}
 
 _checked: set = set()
