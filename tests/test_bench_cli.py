@@ -33,13 +33,27 @@ def test_all_on_cpu():
 
 def test_speed_on_gpu_pairs_and_saturation():
     runs = _plan(["speed", "--model", "dummy:qwen2.5-7b", "--kv", "auto,int4_kivi", "--contexts", "1024,8192",
-                  "--batches", "64,32", "--saturate", "--new-tokens", "64"], platform="cuda", dummy=True)
+                  "--batches", "64,32", "--saturate", "--new-tokens", "64"], platform="cuda", dummy=True,
+                 model_max_len=32768)
     assert [r.id for r in runs] == ["speed-auto", "speed-int4_kivi"]
     p = runs[0].params
     assert p["pairs"] == [[1024, 64], [8192, 32]] and p["saturate_contexts"] == [1024, 8192]
     assert p["gpu_memory_utilization"] == 0.9 and "kv_cache_bytes" not in p
     assert p["max_model_len"] == 8192 + 64 + 1 and p["max_num_seqs"] == 1024
     assert runs[0].refused is None
+
+
+def test_speed_prompts_end_within_the_model_positions():
+    # Qwen2.5-7B has 32,768 positions: a 32k point with 256 new tokens prefills 32,511 tokens, so the
+    # last generated token sits at position 32,767 (beyond it vLLM's RoPE cache index asserts)
+    p = _plan(["speed", "--model", "dummy:qwen2.5-7b", "--contexts", "8192,32768", "--batches", "32,8",
+               "--saturate", "--saturate-contexts", "32768", "--new-tokens", "256"], platform="cuda", dummy=True,
+              model_max_len=32768)[0].params
+    assert p["pairs"] == [[8192, 32], [32511, 8]] and p["saturate_contexts"] == [32511]
+    assert p["max_model_len"] == 32768
+    with pytest.raises(SystemExit, match="leaves no prompt"):
+        _plan(["speed", "--model", "x", "--contexts", "64", "--batches", "1", "--new-tokens", "64"],
+              platform="cuda", model_max_len=64)
 
 
 def test_batches_broadcast_and_mismatch():

@@ -130,6 +130,21 @@ def resolve_model(args) -> dict:
     return {"name": args.model, "path": models.resolve(args.model), "dummy": dummy}
 
 
+def fit_context(context: int, new_tokens: int, model_max_len: int | None) -> int:
+    """The prompt length for a speed point of `context` tokens: shortened so that prompt + new
+    tokens + 1 stays within the model's positions. Past them a RoPE model reads beyond its
+    cos/sin cache (vLLM 0.24.0 on the H200: a device-side index assert in every dtype, bf16 too),
+    so a "32k" point of a 32,768-position model is a 32,511-token prompt plus 256 new tokens."""
+    if not model_max_len or context + new_tokens + 1 <= model_max_len:
+        return context
+    fitted = int(model_max_len) - new_tokens - 1
+    if fitted < 1:
+        raise SystemExit(f"--new-tokens {new_tokens} leaves no prompt within the model's {model_max_len} positions")
+    print(f"context {context}: prompts of {fitted} tokens, so that {new_tokens} new tokens end within the "
+          f"model's {model_max_len} positions", file=sys.stderr)
+    return fitted
+
+
 def measurements(what: str) -> list[str]:
     return ["capacity", "quality", "speed"] if what == "all" else [what]
 
@@ -157,12 +172,14 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
             batches = args.batches if len(args.batches) > 1 else args.batches * len(args.contexts)
             if len(batches) != len(args.contexts):
                 raise SystemExit(f"--batches has {len(args.batches)} values for {len(args.contexts)} contexts")
-            sat = (args.saturate_contexts or args.contexts) if args.saturate else []
-            params = {**common, "pairs": [[c, b] for c, b in zip(args.contexts, batches)],
+            contexts = [fit_context(c, args.new_tokens, model_max_len) for c in args.contexts]
+            sat = [fit_context(c, args.new_tokens, model_max_len)
+                   for c in (args.saturate_contexts or args.contexts)] if args.saturate else []
+            params = {**common, "pairs": [[c, b] for c, b in zip(contexts, batches)],
                       "saturate_contexts": sat, "new_tokens": args.new_tokens, "repeats": args.repeats,
                       "saturate_repeats": args.saturate_repeats,
                       "max_num_seqs": max([args.max_num_seqs if sat else 0] + batches),
-                      "max_model_len": max(args.contexts + sat) + args.new_tokens + 1}
+                      "max_model_len": max(contexts + sat) + args.new_tokens + 1}
         else:
             prompts = None if (args.prompts or "").lower() == "none" else (args.prompts or
                                                                             data_file("prompts_long.jsonl"))

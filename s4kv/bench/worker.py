@@ -335,13 +335,7 @@ def run_speed(spec: dict) -> dict:
     n = int(p["new_tokens"])
     pairs = [tuple(x) for x in p.get("pairs") or []]
     sat = [int(c) for c in p.get("saturate_contexts") or []]
-    conf = model_config(spec["model"])
-    long_ok = int(p["max_model_len"]) > int(conf.get("max_position_embeddings") or 1 << 30)
-    if long_ok:
-        # contexts up to the model's limit plus the generated tokens: allowed for timing
-        os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
     llm, engine = start_engine(spec, max_num_seqs=int(p["max_num_seqs"]))
-    engine["max_model_len_over_model_limit"] = long_ok
     cap = kv_capacity(llm)
     vocab = int(llm.llm_engine.model_config.get_vocab_size())
     points = []
