@@ -4,6 +4,10 @@
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune smoke kernels bench-capacity
 #                                                 bench-speed bench-quality)
+#   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
+#                                                 it outlives the call (a call ends at 10 min)
+#   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
+#                                                 detached run, then copy what it wrote into $OUT
 #
 # Every step logs to $OUT/<step>.log and goes on after a failure, so one call gives every answer;
 # results land in $OUT (fetched back by the device tool). Needs: /root/s4kv-env.sh (from setup),
@@ -19,6 +23,35 @@ mkdir -p "$OUT"
 MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
+DETACHED=/root/s4kv-detached   # the detached run's OUT, log and pid
+
+if [ "${1:-}" = "--detach" ]; then
+  shift; rm -rf $DETACHED; mkdir -p $DETACHED/out
+  OUT=$DETACHED/out setsid nohup bash "$0" "$@" >$DETACHED/log 2>&1 </dev/null &
+  echo $! >$DETACHED/pid; echo "detached: pid $(cat $DETACHED/pid), steps $*; collect with: $0 collect"
+  exit 0
+fi
+if [ "${1:-}" = "collect" ]; then
+  pid=$(cat $DETACHED/pid); t0=$SECONDS
+  # the pid, not a pattern: pgrep -f would also match the shell that runs this very command line
+  while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "${2:-560}" ]; do sleep 5; done
+  kill -0 "$pid" 2>/dev/null && echo "detached run still going after ${2:-560} s: partial results"
+  tail -n 40 $DETACHED/log
+  for f in $DETACHED/out/*; do  # finished steps are .log/.tgz/.json; a step still running is a folder
+    [ -e "$f" ] || continue
+    if [ -d "$f" ]; then tar -C $DETACHED/out -czf "$OUT/$(basename "$f")-partial.tgz" "$(basename "$f")"
+    else cp "$f" "$OUT/"; fi
+  done
+  exit 0
+fi
+
+free_gpu() {  # a call stopped at its limit leaves vLLM's engine process holding the GPU's memory
+  local pids
+  pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+  [ -n "$pids" ] && { echo "killing leftover GPU processes: $pids"; kill -9 $pids; sleep 3; }
+  return 0
+}
+
 # tuned launch options from an earlier `tune` step on this machine
 CONFIG=/root/s4kv-kernel-config.json
 [ -f $CONFIG ] && export S4KV_KERNEL_CONFIG=$CONFIG
@@ -65,18 +98,22 @@ for s in "$@"; do
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
     bench-capacity)
+      free_gpu
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
         --max-model-len 32768 --engine-arg enforce_eager=true --out "$OUT/capacity"
       tar -C "$OUT" -czf "$OUT/capacity.tgz" capacity && rm -rf "$OUT/capacity" ;;
     bench-speed)  # fixed points and the saturated 32k point in one engine per dtype, at equal KV memory
       # (SPEED_KV_GIB, default 16: the 8k x 32 point fits bf16; saturating the whole 0.90 budget would
-      # prefill ~7M int4 tokens twice, more than a lease holds)
+      # prefill ~7M int4 tokens twice, more than a lease holds). The 32k prompts are 32,511 tokens:
+      # with 256 new ones the sequence ends at Qwen2.5's 32,768 positions (s4kv.bench.cli.fit_context).
+      free_gpu
       step bench-speed python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
         --contexts 1024,8192,32768 --batches 64,32,8 --new-tokens 256 --repeats ${REPEATS:-1} \
         --saturate --saturate-contexts 32768 --max-num-seqs ${SAT_SEQS:-64} --kv-cache-gib ${SPEED_KV_GIB:-16} \
         --out "$OUT/speed"
       tar -C "$OUT" -czf "$OUT/speed.tgz" speed && rm -rf "$OUT/speed" ;;
     bench-quality)
+      free_gpu
       step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
     *) echo "unknown step $s"; status=2 ;;
