@@ -5,9 +5,9 @@ which pages a split covers is computed from the sequence lengths on the device):
 
 1. ``_rotate_queries_kernel``: the decode queries rotated into the pages' basis and pre-scaled
    (fp32), once per row, so that no split repeats it and the page loop carries no rotation.
-2. ``_decode_kernel``, one program per (decode row, kv head, split): splits 0..SPLITS-1 walk their
+2. ``_decode_kernel``, one program per (decode row, kv head, split): splits 0..splits-1 walk their
    share of the row's quantized pages, loading each page once for all query heads of the kv head;
-   split SPLITS attends to the exact tail (the residual slot plus this step's token) in the
+   split `splits` attends to the exact tail (the residual slot plus this step's token) in the
    original basis, as a 16-bit cache would. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
@@ -54,7 +54,10 @@ def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr
     tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
 
 
-@triton.jit
+# splits is a runtime argument, not a constexpr, and not specialized: it follows the decode batch size,
+# and each new value would compile both kernels again in the serving path (about 2 s each for sm90;
+# a shrinking batch of 16 SmolLM2 requests met 10 values)
+@triton.jit(do_not_specialize=["splits"])
 def _decode_kernel(
     q_ptr, stride_qt, stride_qh,  # queries [T, Hq, D] (model dtype, original basis), decode rows first
     qr_ptr,  # [R, Hq, D] fp32: decode queries rotated and scaled by sm_scale * log2(e)
@@ -62,9 +65,9 @@ def _decode_kernel(
     res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
     cache_ptr, stride_cb, stride_ch,
     qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
-    part_o_ptr, part_ml_ptr,  # [R, Hq, SPLITS + 1, D] fp32, [R, Hq, SPLITS + 1, 2] fp32
-    sm_scale,
-    GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr, SUB: tl.constexpr,
+    part_o_ptr, part_ml_ptr,  # [R, Hq, splits + 1, D] fp32, [R, Hq, splits + 1, 2] fp32
+    sm_scale, splits,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
     BS: tl.constexpr, HALF: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
@@ -78,7 +81,7 @@ def _decode_kernel(
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    part_base = (row * (GROUP * tl.num_programs(1)) + hq) * (SPLITS + 1) + split
+    part_base = (row * (GROUP * tl.num_programs(1)) + hq) * (splits + 1) + split
 
     q_start = tl.load(qsl_ptr + row)
     qlen = tl.load(qsl_ptr + row + 1) - q_start
@@ -91,9 +94,9 @@ def _decode_kernel(
     acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
 
     if qlen == 1:
-        if split < SPLITS:
+        if split < splits:
             # pages (rotated basis; the reduction rotates their share back)
-            per_split = tl.cdiv(n_pages, SPLITS)
+            per_split = tl.cdiv(n_pages, splits)
             page_lo = split * per_split
             page_hi = tl.minimum(page_lo + per_split, n_pages)
             qr_row = qr_ptr + (row * GROUP * tl.num_programs(1) + hq[:, None]) * (2 * HALF)
@@ -187,12 +190,11 @@ def _decode_kernel(
     tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
 
 
-@triton.jit
-def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr,
-                   GROUP: tl.constexpr, G_PAD: tl.constexpr, SPLITS: tl.constexpr, HALF: tl.constexpr,
-                   INV_SQRT_D: tl.constexpr):
+@triton.jit(do_not_specialize=["splits"])
+def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, splits,
+                   GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr):
     """Merge the page splits (log-sum-exp, rotated basis), rotate their sum back, add the exact
-    tail's partial (split SPLITS, original basis) and normalize. out: any float dtype."""
+    tail's partial (split `splits`, original basis) and normalize. out: any float dtype."""
     row = tl.program_id(0)
     h = tl.program_id(1)
     q_start = tl.load(qsl_ptr + row)
@@ -202,15 +204,15 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    base = (row * GROUP * tl.num_programs(1) + hq) * (SPLITS + 1)  # [G_PAD]
+    base = (row * GROUP * tl.num_programs(1) + hq) * (splits + 1)  # [G_PAD]
     m_all = tl.full([G_PAD], -float("inf"), tl.float32)
-    for s in range(SPLITS + 1):
+    for s in range(splits + 1):
         m_all = tl.maximum(m_all, tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf")))
     m_all = tl.where(m_all == -float("inf"), 0.0, m_all)
     l_all = tl.zeros([G_PAD], tl.float32)
     rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
     rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
-    for s in range(SPLITS):
+    for s in range(splits):
         m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
         w = tl.exp2(m - m_all)  # 0 for an empty split (m = -inf)
         l_all += w * tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
@@ -219,10 +221,10 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         rot_hi += w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
     # the pages' share back to the original basis (fp32 operands: tf32 on tensor cores)
     out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
-    m = tl.load(part_ml_ptr + (base + SPLITS) * 2, mask=g_ok, other=-float("inf"))
+    m = tl.load(part_ml_ptr + (base + splits) * 2, mask=g_ok, other=-float("inf"))
     w = tl.exp2(m - m_all)
-    l_all += w * tl.load(part_ml_ptr + (base + SPLITS) * 2 + 1, mask=g_ok, other=0.0)
-    o = part_o_ptr + (base + SPLITS)[:, None] * (2 * HALF)
+    l_all += w * tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=g_ok, other=0.0)
+    o = part_o_ptr + (base + splits)[:, None] * (2 * HALF)
     out_lo = (out_lo + w[:, None] * tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)) / l_all[:, None]
     out_hi = (out_hi + w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)) \
         / l_all[:, None]
@@ -330,8 +332,8 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
         res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
-        part_o, part_ml, sm_scale,
-        GROUP=group, G_PAD=g_pad, SPLITS=splits,
+        part_o, part_ml, sm_scale, splits,
+        GROUP=group, G_PAD=g_pad,
         BS=fmt.BLOCK_SIZE, HALF=d // 2,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
@@ -339,6 +341,6 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
         **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d)},
     )
     _reduce_kernel[(num_decodes, hkv)](
-        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot,
-        GROUP=group, G_PAD=g_pad, SPLITS=splits, HALF=d // 2, INV_SQRT_D=inv_sqrt_d,
+        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits,
+        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d,
     )
