@@ -45,18 +45,16 @@ if [ "${1:-}" = "collect" ]; then
   exit 0
 fi
 
-free_gpu() {  # a call stopped at its limit leaves vLLM's engine process holding the GPU's memory
-  local pids
-  pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
-  [ -n "$pids" ] && { echo "killing leftover GPU processes: $pids"; kill -9 $pids; sleep 3; }
-  return 0
-}
+# a call stopped at its limit leaves vLLM's engine process holding the GPU's memory: free it before
+# any step (collect and --detach have returned above, so a detached run is never killed here)
+pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+[ -n "$pids" ] && { echo "killing leftover GPU processes: $pids"; kill -9 $pids; sleep 3; }
 
 # tuned launch options from an earlier `tune` step on this machine
 CONFIG=/root/s4kv-kernel-config.json
 [ -f $CONFIG ] && export S4KV_KERNEL_CONFIG=$CONFIG
 
-step() {  # step NAME CMD...: run, log, remember failures, keep going
+step() {  # step NAME CMD...: run, log, remember failures, keep going; returns the command's status
   local name=$1; shift
   echo "=== $name: $*" | tee "$OUT/$name.log"
   local t0=$SECONDS
@@ -65,6 +63,7 @@ step() {  # step NAME CMD...: run, log, remember failures, keep going
   echo "=== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.log"
   tail -n 25 "$OUT/$name.log"
   [ $rc -eq 0 ] || status=1
+  return $rc
 }
 
 for s in "$@"; do
@@ -73,14 +72,12 @@ for s in "$@"; do
       command -v git >/dev/null || echo "no git binary on this machine: forklayer apply needs it"
       step patch python3 -m forklayer apply --vllm 0.24.0 --target /tmp/site ;;
     tests)
-      step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_code_unpack.py tests/test_format.py \
-        tests/test_reference.py
-      if ! grep -q "exit 0 after" "$OUT/tests.log"; then
+      if ! step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_code_unpack.py \
+          tests/test_format.py tests/test_reference.py; then
         # is the inline PTX (code -> dot operand) the culprit? the same kernels with plain Triton
         # conversions; if they pass, later steps use them and the logs say so
-        S4KV_KERNEL_CONFIG=tools/gpu/decode-no-ptx.json step tests-no-ptx python3 -m pytest -q -p no:cacheprovider \
-          tests/test_kernels.py
-        if grep -q "exit 0 after" "$OUT/tests-no-ptx.log"; then
+        if S4KV_KERNEL_CONFIG=tools/gpu/decode-no-ptx.json step tests-no-ptx python3 -m pytest -q \
+            -p no:cacheprovider tests/test_kernels.py; then
           echo "=== later steps (and calls) run the decode kernel without inline PTX"
           cp tools/gpu/decode-no-ptx.json $CONFIG && export S4KV_KERNEL_CONFIG=$CONFIG
         fi
@@ -98,7 +95,6 @@ for s in "$@"; do
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
     bench-capacity)
-      free_gpu
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
         --max-model-len 32768 --engine-arg enforce_eager=true --out "$OUT/capacity"
       tar -C "$OUT" -czf "$OUT/capacity.tgz" capacity && rm -rf "$OUT/capacity" ;;
@@ -106,14 +102,12 @@ for s in "$@"; do
       # (SPEED_KV_GIB, default 16: the 8k x 32 point fits bf16; saturating the whole 0.90 budget would
       # prefill ~7M int4 tokens twice, more than a lease holds). The 32k prompts are 32,511 tokens:
       # with 256 new ones the sequence ends at Qwen2.5's 32,768 positions (s4kv.bench.cli.fit_context).
-      free_gpu
       step bench-speed python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv "$KVS" \
         --contexts 1024,8192,32768 --batches 64,32,8 --new-tokens 256 --repeats ${REPEATS:-1} \
         --saturate --saturate-contexts 32768 --max-num-seqs ${SAT_SEQS:-64} --kv-cache-gib ${SPEED_KV_GIB:-16} \
         --out "$OUT/speed"
       tar -C "$OUT" -czf "$OUT/speed.tgz" speed && rm -rf "$OUT/speed" ;;
     bench-quality)
-      free_gpu
       step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
     *) echo "unknown step $s"; status=2 ;;
