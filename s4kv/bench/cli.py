@@ -172,9 +172,11 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
             batches = args.batches if len(args.batches) > 1 else args.batches * len(args.contexts)
             if len(batches) != len(args.contexts):
                 raise SystemExit(f"--batches has {len(args.batches)} values for {len(args.contexts)} contexts")
-            contexts = [fit_context(c, args.new_tokens, model_max_len) for c in args.contexts]
-            sat = [fit_context(c, args.new_tokens, model_max_len)
-                   for c in (args.saturate_contexts or args.contexts)] if args.saturate else []
+            sat_requested = (args.saturate_contexts or args.contexts) if args.saturate else []
+            fitted = {c: fit_context(c, args.new_tokens, model_max_len)
+                      for c in dict.fromkeys(args.contexts + sat_requested)}
+            contexts = [fitted[c] for c in args.contexts]
+            sat = [fitted[c] for c in sat_requested]
             params = {**common, "pairs": [[c, b] for c, b in zip(contexts, batches)],
                       "saturate_contexts": sat, "new_tokens": args.new_tokens, "repeats": args.repeats,
                       "saturate_repeats": args.saturate_repeats,
