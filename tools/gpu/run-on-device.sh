@@ -46,9 +46,16 @@ if [ "${1:-}" = "collect" ]; then
 fi
 
 # a call stopped at its limit leaves vLLM's engine process holding the GPU's memory: free it before
-# any step (collect and --detach have returned above, so a detached run is never killed here)
-pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
-[ -n "$pids" ] && { echo "killing leftover GPU processes: $pids"; kill -9 $pids; sleep 3; }
+# any step, sparing a detached run that is still going (its processes share its session id), so
+# that pass/fail steps (tests) can run beside a detached measurement that does not time anything
+keep_sid=""
+if [ -f $DETACHED/pid ] && kill -0 "$(cat $DETACHED/pid)" 2>/dev/null && [ "$$" != "$(cat $DETACHED/pid)" ]; then
+  keep_sid=$(ps -o sid= -p "$(cat $DETACHED/pid)" | tr -d ' ')
+fi
+for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' '); do
+  [ -n "$keep_sid" ] && [ "$(ps -o sid= -p "$p" | tr -d ' ')" = "$keep_sid" ] && continue
+  echo "killing leftover GPU process $p"; kill -9 "$p"; sleep 3
+done
 
 # tuned launch options from an earlier `tune` step on this machine
 CONFIG=/root/s4kv-kernel-config.json
