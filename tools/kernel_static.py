@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Static facts of the decode kernel for a GPU architecture, compiled on a machine without a GPU.
+"""Static facts of the decode, prefill and store kernels for a GPU architecture, compiled on a machine without a GPU.
 
-    python tools/kernel_static.py [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2] [--dtype bf16,fp16]
-                                  [--options '{"SUB": 64}' ...] [--json OUT] [--source CHECKOUT]
+    python tools/kernel_static.py [--kernel decode,prefill,store] [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2]
+                                  [--dtype bf16,fp16] [--options '{"SUB": 64}' ...] [--json OUT]
+                                  [--source CHECKOUT]
 
 Triton compiles the kernels for the target (its bundled ptxas), through a stand-in driver that
 never launches; cuobjdump gives registers, spills and SASS. Per kernel variant it reports:
 registers, spills and shared memory per program; how many programs fit on one SM (registers,
 shared memory and threads of the architecture); how many buffers the software pipeline gives
 the page's code tiles (2: the next page loads while one is computed); and the instruction mix of
-the page loop (the loop with the most tensor-core instructions), per warp and per program. These are compile-time
+the page loop (the loop with the most tensor-core instructions; for the prefill kernel, its first
+loop: the one over quantized pages), per warp and per program. These are compile-time
 facts, not timings: what they predict about speed needs the GPU (tools/gpu/tune_kernels.py).
 Run with the Triton of the GPU machine (nox -s kernels-static pins it).
 """
@@ -28,7 +30,9 @@ import tempfile
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.compiler import compiler as triton_compiler
 from triton.runtime.driver import driver
+from triton.runtime.errors import OutOfResources
 
 _BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
@@ -131,6 +135,16 @@ def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
                lim["threads"] // (32 * num_warps), lim["blocks"])
 
 
+def device_defaults(cc: int, kernel: str, head_size: int) -> dict:
+    """The launch options a GPU of this architecture starts from (s4kv.kernels.launch_options on the
+    device; here the tensors are on the CPU, so the architecture's shared memory decides)."""
+    from s4kv import kernels
+
+    small = ARCH[cc]["smem"] - 1024 < kernels.SMALL_SHARED_MEMORY
+    return {**(kernels.SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if small else {}),
+            **kernels.LAUNCH.get((kernel, head_size), {})}
+
+
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
     from s4kv import format as fmt
@@ -151,20 +165,105 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     q = torch.zeros(rows, hq, d, dtype=dt)
     k = torch.zeros(rows, hkv, d, dtype=dt)
     saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("decode", d)] = dict(options)
+    kernels.LAUNCH[("decode", d)] = {**device_defaults(cc, "decode", d), **options}
     decode._decode_kernel.device_caches.clear()
     try:
-        decode.decode_attention(q, k, k.clone(), res, regions, md, rows, d ** -0.5, torch.zeros_like(q),
-                                md.decode_splits)
+        _compile(lambda: decode.decode_attention(q, k, k.clone(), res, regions, md, rows, d ** -0.5,
+                                                 torch.zeros_like(q), md.decode_splits))
     finally:
         kernels.LAUNCH.clear()
         kernels.LAUNCH.update(saved)
     (kern,) = decode._decode_kernel.device_caches[0][0].values()
-    kern._init_handles()
-    sass = _cuobjdump(kern.kernel, "-sass")
-    bodies = loops(sass)
+    bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
+    return _facts(cc, shape, dtype, {**device_defaults(cc, "decode", d), **options}, kern, page)
+
+
+def prefill_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the chunk (prefill) kernel for one launch configuration; static facts of its loop over
+    quantized pages (the first of its two loops; the second reads exact tokens)."""
+    from s4kv import format as fmt
+    from s4kv import kernels
+    from s4kv.backend.metadata import S4KVMetadata
+    from s4kv.kernels import prefill
+
+    hq, hkv, d = SHAPES[shape]
+    dt = DTYPES[dtype]
+    rows, qlen, context = 2, 256, 1000
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+    qsl = i32([i * qlen for i in range(rows + 1)])
+    md = S4KVMetadata(rows, rows * qlen, qlen, context, qsl, i32([context] * rows),
+                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
+                      qsl.clone(), i32([context] * rows), i32(list(range(rows))))
+    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    q = torch.zeros(rows * qlen, hq, d, dtype=dt)
+    k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[("prefill", d)] = {**device_defaults(cc, "prefill", d), **options}
+    prefill._prefill_kernel.device_caches.clear()
+    try:
+        _compile(lambda: prefill.prefill_attention(q, k, k.clone(), res, regions, md, 0, d ** -0.5,
+                                                   torch.zeros_like(q)))
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+    (kern,) = prefill._prefill_kernel.device_caches[0][0].values()
+    bodies = [c for c in loops(_sass(kern)) if _mma(c)]
+    page = bodies[0] if bodies else collections.Counter()
+    return _facts(cc, shape, dtype, {**device_defaults(cc, "prefill", d), **options}, kern, page)
+
+
+def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the block-store kernel (quantizes completed blocks into pages); loop facts of its
+    largest loop, if any."""
+    from s4kv import format as fmt
+    from s4kv import kernels
+    from s4kv.backend.metadata import S4KVMetadata
+    from s4kv.kernels import store
+
+    _, hkv, d = SHAPES[shape]
+    dt = DTYPES[dtype]
+    rows, qlen = 2, fmt.BLOCK_SIZE
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+    qsl = i32([i * qlen for i in range(rows + 1)])
+    md = S4KVMetadata(rows, rows * qlen, qlen, qlen, qsl, i32([qlen] * rows),
+                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
+                      qsl.clone(), i32([qlen] * rows), i32(list(range(rows))))
+    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[("store", d)] = {**device_defaults(cc, "store", d), **options}
+    store._store_blocks_kernel.device_caches.clear()
+    try:
+        _compile(lambda: store.store_blocks(k, k.clone(), res, regions, md, 1))
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+    (kern,) = store._store_blocks_kernel.device_caches[0][0].values()
+    bodies = loops(_sass(kern))
+    page = max(bodies, key=lambda c: sum(c.values())) if bodies else collections.Counter()
+    return _facts(cc, shape, dtype, {**device_defaults(cc, "store", d), **options}, kern, page)
+
+
+def _sass(kern) -> str:
+    return _cuobjdump(kern.kernel, "-sass")
+
+
+def _compile(launch) -> None:
+    """Run a kernel wrapper under the compile-only driver. A kernel that needs more shared memory
+    than the architecture has compiles, then raises at its (stand-in) launch: its facts still count
+    (programs per SM 0: it cannot run there)."""
+    try:
+        launch()
+    except OutOfResources as e:
+        print(f"    does not launch: {e}", flush=True)
+
+
+def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collections.Counter) -> dict:
     nw = kern.metadata.num_warps
+    regs, spills = resource_usage(kern.kernel)
     per_warp = sum(page.values())
     # the software pipeline's buffers of the page's code tiles (uint8): 2 = the next page is in flight
     # while one is computed; 1 = its copy is issued only after the compute
@@ -173,8 +272,8 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     top = {op: n for op, n in page.most_common(12)}
     return {
         "arch": f"sm{cc}", "gpu": ARCH[cc]["name"], "shape": shape, "dtype": dtype, "options": options,
-        "num_warps": nw, "registers": kern.n_regs, "spill_bytes": kern.n_spills, "shared_bytes": kern.metadata.shared,
-        "programs_per_sm": occupancy(cc, kern.n_regs, kern.metadata.shared, nw),
+        "num_warps": nw, "registers": regs, "spill_bytes": spills, "shared_bytes": kern.metadata.shared,
+        "programs_per_sm": occupancy(cc, regs, kern.metadata.shared, nw),
         "code_tile_buffers": max(buffers, default=0),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
@@ -187,11 +286,13 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", default="decode", help="decode, prefill, store (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")
     ap.add_argument("--options", action="append", default=None,
-                    help="decode launch options as JSON (repeatable); default: the kernel's defaults")
+                    help="launch options as JSON over the architecture's defaults (repeatable; prefill "
+                         "also takes block_m/block_n); default: the defaults")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--source", help="import s4kv from this checkout (e.g. a git worktree of an older commit)")
     args = ap.parse_args(argv)
@@ -202,17 +303,19 @@ def main(argv=None) -> int:
     import s4kv
 
     print(f"triton {triton.__version__}; s4kv from {os.path.dirname(s4kv.__file__)}", flush=True)
-    print(f"{'arch':>5} {'shape':>11} {'dtype':>5} {'options':<40} {'regs':>4} {'spill':>5} {'smem':>6} "
+    print(f"{'kernel':>7} {'arch':>5} {'shape':>11} {'dtype':>5} {'options':<40} {'regs':>4} {'spill':>5} {'smem':>6} "
           f"{'prog/SM':>7} {'bufs':>4} {'loop/warp':>9} {'loop/prog':>9} {'mma':>4} {'i2f':>4} {'bar':>4}")
     for cc in map(int, args.arch.split(",")):
         driver.set_active(CompileOnlyDriver(cc))
+        triton_compiler.max_shared_mem.cache_clear()  # cached per device index, not per driver
         for shape in args.shape.split(","):
             for dtype in args.dtype.split(","):
-                for opts in variants:
-                    r = decode_variant(cc, shape, dtype, opts)
+                for kernel, opts in ((kn, o) for kn in args.kernel.split(",") for o in variants):
+                    variant = {"decode": decode_variant, "prefill": prefill_variant, "store": store_variant}[kernel]
+                    r = {**variant(cc, shape, dtype, opts), "kernel": kernel}
                     rows.append(r)
                     lp = r["page_loop"]
-                    print(f"{r['arch']:>5} {shape:>11} {dtype:>5} {json.dumps(opts):<40} {r['registers']:4d} "
+                    print(f"{kernel:>7} {r['arch']:>5} {shape:>11} {dtype:>5} {json.dumps(r['options']):<40} {r['registers']:4d} "
                           f"{r['spill_bytes']:5d} {r['shared_bytes']:6d} {r['programs_per_sm']:7d} "
                           f"{r['code_tile_buffers']:4d} "
                           f"{lp['instructions_per_warp']:9d} {lp['instructions_per_program']:9d} "

@@ -6,6 +6,7 @@
 * ``quant``: scalar helpers mirroring ``s4kv.format``.
 """
 
+import functools
 import json
 import os
 
@@ -54,8 +55,37 @@ def _load_overrides() -> None:
 _load_overrides()
 
 
-def launch_options(kernel: str, head_size: int) -> dict:
-    return LAUNCH.get((kernel, head_size), {})
+# GPUs whose blocks get less shared memory than this (sm86/sm89: A10G, L4, L40S have ~99 KiB; A100
+# 163 KiB, H100/H200 227 KiB) start from SMALL_SHARED_LAUNCH: the head_dim-128 chunk kernel's general
+# tiles (64 queries, 3 pipeline stages) need 144 KiB and cannot launch there; 32-query tiles with
+# 2 stages need 80 KiB and spill nothing (tools/kernel_static.py, Triton 3.6:
+# docs/results/kernel-static-prefill-2026-12-01/). Entries of LAUNCH (tuned on the machine) win.
+SMALL_SHARED_MEMORY = 160 * 1024
+SMALL_SHARED_LAUNCH: dict[tuple[str, int], dict] = {
+    ("prefill", 128): {"block_m": 32, "num_stages": 2},
+}
+
+
+@functools.cache
+def _max_shared_memory(index: int) -> int:
+    from triton.runtime import driver
+
+    return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+
+
+def max_shared_memory(device) -> int | None:
+    """Shared memory a block may use on a CUDA device (what Triton checks at launch); None elsewhere."""
+    device = torch.device(device) if device is not None else None
+    if device is None or device.type != "cuda" or interpreted():
+        return None
+    return _max_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def launch_options(kernel: str, head_size: int, device=None) -> dict:
+    """Options of one kernel launch: the tuned LAUNCH entry over the device's shared-memory defaults."""
+    smem = max_shared_memory(device)
+    base = SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if smem is not None and smem < SMALL_SHARED_MEMORY else {}
+    return {**base, **LAUNCH.get((kernel, head_size), {})}
 
 
 _ROT: dict = {}

@@ -338,7 +338,7 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
         CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype),
-        **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d)},
+        **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
     )
     _reduce_kernel[(num_decodes, hkv)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits,

@@ -152,9 +152,12 @@ def _prefill_kernel(
 
 
 def prefill_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float,
-                      out: torch.Tensor, block_m: int = 64, block_n: int = 64) -> None:
+                      out: torch.Tensor) -> None:
     """out for the rows first_row.. (any query lengths). q, k, v exact (model dtype); host-side
-    tiling from the CPU metadata."""
+    tiling from the CPU metadata. Tile sizes come with the launch options (block_m, block_n:
+    queries and exact keys per tile; default 64)."""
+    opts = launch_options("prefill", q.shape[2], q.device)
+    block_m, block_n = opts.pop("block_m", 64), opts.pop("block_n", 64)
     num_reqs = md.num_reqs
     if first_row >= num_reqs:
         return
@@ -185,5 +188,5 @@ def prefill_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float
         BS=fmt.BLOCK_SIZE, HALF=d // 2, INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        DOT_DTYPE=dot_dtype(q.dtype), **launch_options("prefill", d),
+        DOT_DTYPE=dot_dtype(q.dtype), **opts,
     )

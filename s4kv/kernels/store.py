@@ -168,7 +168,7 @@ def store_blocks(k, v, res, regions, md, max_new_blocks: int) -> None:
         BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype), INV_SQRT_D=1.0 / math.sqrt(d),
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
-        **launch_options("store", d),
+        **launch_options("store", d, k.device),
     )
 
 

@@ -1,0 +1,66 @@
+"""Every kernel's launch fits every GPU the product supports (sm80 A100, sm86 A10G, sm89 L4/L40S,
+sm90 H100/H200), checked without a GPU: tools/kernel_static.py compiles the kernels for each
+architecture with Triton's own compiler and ptxas and counts the programs that fit on one SM. A
+kernel needing more shared memory than a block may have raises OutOfResources at its first launch
+on that GPU, which at engine start is the self-check failing: int4_kivi refused on that machine.
+
+The compile runs in a subprocess: the tool replaces Triton's active driver, which the interpreter
+tests in this process need. The Triton here is the CPU environment's, not necessarily the GPU
+image's (tools/kernel_static.py notes the version); the sizes match closely across versions."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from s4kv import kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_small_shared_memory_gpus_start_from_their_own_launch_options(monkeypatch):
+    monkeypatch.setattr(kernels, "LAUNCH", {("prefill", 64): {"num_warps": 2}})
+    monkeypatch.setattr(kernels, "max_shared_memory", lambda device: 101_376)  # sm86 / sm89
+    assert kernels.launch_options("prefill", 128, "cuda:0") == kernels.SMALL_SHARED_LAUNCH[("prefill", 128)]
+    assert kernels.launch_options("prefill", 64, "cuda:0") == {"num_warps": 2}
+    assert kernels.launch_options("decode", 128, "cuda:0") == {}
+    # a tuned entry (S4KV_KERNEL_CONFIG) overrides the small-memory defaults key by key
+    kernels.LAUNCH[("prefill", 128)] = {"num_stages": 1}
+    assert kernels.launch_options("prefill", 128, "cuda:0") == {"block_m": 32, "num_stages": 1}
+    monkeypatch.setattr(kernels, "max_shared_memory", lambda device: 232_448)  # sm90
+    assert kernels.launch_options("prefill", 128, "cuda:0") == {"num_stages": 1}
+
+
+def test_no_shared_memory_rule_off_the_gpu():
+    assert kernels.max_shared_memory("cpu") is None
+    assert kernels.max_shared_memory(None) is None
+
+
+def _ptxas() -> Path:
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+@pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
+def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
+    out = tmp_path / "static.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,prefill,store",
+                           "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16",
+                           "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) == 4 * 2 * 3
+    no_fit = [(r["kernel"], r["arch"], r["shape"], r["options"], r["shared_bytes"]) for r in rows
+              if r["programs_per_sm"] < 1]
+    assert not no_fit, f"kernels that cannot launch (kernel, arch, shape, options, shared bytes): {no_fit}"
+    by = {(r["kernel"], r["arch"], r["shape"]): r for r in rows}
+    # the small-memory GPUs really got their own tiles, the others the general ones
+    assert by[("prefill", "sm86", "qwen2.5-7b")]["options"] == kernels.SMALL_SHARED_LAUNCH[("prefill", 128)]
+    assert by[("prefill", "sm90", "qwen2.5-7b")]["options"] == {}
