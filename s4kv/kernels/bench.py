@@ -90,22 +90,28 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
 
 
 def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
+    """bf16 paged decode through vLLM's FlashAttention (what `auto` runs; FA3 on Hopper), same
+    shape, 16-token blocks (vLLM's default for it), FlashAttention's own split heuristics."""
     try:
-        from vllm.vllm_flash_attn import flash_attn_with_kvcache
-    except Exception:  # noqa: BLE001 - no vLLM or a build without it: the baseline is optional
+        from vllm.vllm_flash_attn import flash_attn_varlen_func
+    except Exception as e:  # noqa: BLE001 - no vLLM or a build without it: the baseline is optional
+        print(f"flash-attn decode unavailable: {e!r}", file=sys.stderr)
         return None
     block = 16
     nb = batch * math.ceil(context / block)
     kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
     vc = torch.randn_like(kc)
-    q = torch.randn(batch, 1, hq, d, dtype=dtype, device="cuda")
+    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda")
+    out = torch.empty_like(q)
     bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(batch, -1)
     seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    cu_q = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
     try:
-        return _graph_time(lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seq, block_table=bt,
-                                                           causal=True))
+        return _graph_time(lambda: flash_attn_varlen_func(
+            q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1, seqused_k=seq,
+            max_seqlen_k=context, softmax_scale=d ** -0.5, causal=True, block_table=bt))
     except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
-        print(f"flash-attn decode unavailable: {e}", file=sys.stderr)
+        print(f"flash-attn decode unavailable: {e!r}", file=sys.stderr)
         return None
 
 

@@ -2,8 +2,8 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune smoke kernels bench-capacity
-#                                                 bench-speed bench-quality)
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune smoke kernels profile
+#                                                 bench-capacity bench-speed bench-quality)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
 #   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
@@ -101,6 +101,17 @@ for s in "$@"; do
       [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
     kernels)
       step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
+    profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory
+      # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log
+      NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+      if [ -n "$NCU" ]; then
+        step profile "$NCU" --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 \
+          --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+          python3 -m s4kv.kernels.bench --contexts 32768 --batches 8
+      else
+        echo "=== profile: no ncu on this machine" | tee "$OUT/profile.log"; status=1
+      fi ;;
     bench-capacity)
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
         --max-model-len 32768 --engine-arg enforce_eager=true --out "$OUT/capacity"
