@@ -174,6 +174,24 @@ def test_prefill_small_shared_memory_tiles(dtype):
         kernels.LAUNCH.update(saved)
 
 
+def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
+    """s4kv.kernels.bench times the chunk kernel on synthetic inputs (random pages, shuffled block
+    table): they must be a state the kernel reads like the PyTorch backend does, or the timing
+    measures something else (out-of-range blocks, NaN scales, queries that see no key)."""
+    from s4kv.backend import torch_ops
+    from s4kv.kernels.bench import prefill_inputs
+    from s4kv.kernels.prefill import prefill_attention
+
+    dtype, d = torch.float16, 64
+    q, k, v, res, regions, md, out = prefill_inputs(2 * BS + 5, 70, 4, 2, d, dtype, device=DEVICE)
+    prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out)
+    ref = torch.empty_like(out)
+    torch_ops.forward(q, k, v, regions, res, md, d ** -0.5, ref, store=False)
+    assert torch.isfinite(out).all()
+    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert err < TOL[dtype], err
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_decode_step_replays_in_a_cuda_graph():

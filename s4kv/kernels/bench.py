@@ -1,13 +1,15 @@
 """Kernel-level benchmark of int4_kivi decode attention on a CUDA GPU.
 
-    python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8] [--json OUT]
+    python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8]
+                                 [--prefill-contexts 0,8192,30720 --chunk 2048] [--json OUT]
 
 For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
 28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
 reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
 block, the exact tail, queries) over the time, next to a device-to-device copy measured in the
 same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
-flash-attn is importable.
+flash-attn is importable. With --prefill-contexts, also the chunk (prefill) kernel: one chunk of
+queries after a cached context, attention TFLOP/s, next to bf16 FlashAttention.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def _graph_time(fn) -> float:
     return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
 
 
+def _random_pages(num_blocks: int, hkv: int, d: int, gen, device="cuda") -> torch.Tensor:
+    """A paged cache of random int4 codes with valid fp16 scales, mins and first keys (random
+    bytes there would be NaN/inf)."""
+    lay = fmt.PageLayout(d)
+    regions = torch.randint(0, 256, (num_blocks, hkv, lay.region_bytes), dtype=torch.uint8, device=device,
+                            generator=gen)
+    sc = regions[..., lay.v_scale:].view(torch.float16)
+    sc.copy_(torch.rand(sc.shape, device=device, generator=gen).half() * 0.1)
+    return regions
+
+
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
                dtype=torch.bfloat16) -> dict:
     from s4kv.kernels.decode import decode_attention
@@ -57,11 +70,7 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     n_pages = context // bs
     num_blocks = batch * (n_pages + 1)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    regions = torch.randint(0, 256, (num_blocks, hkv, lay.region_bytes), dtype=torch.uint8, device="cuda",
-                            generator=gen)
-    # valid fp16 scales/mins/first keys (random bytes would be NaN/inf)
-    sc = regions[..., lay.v_scale:].view(torch.float16)
-    sc.copy_(torch.rand(sc.shape, device="cuda", generator=gen).half() * 0.1)
+    regions = _random_pages(num_blocks, hkv, d, gen)
     res = torch.randn(batch + 1, 2, hkv, bs, d, dtype=dtype, device="cuda", generator=gen)
     q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
     k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
@@ -115,10 +124,84 @@ def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
         return None
 
 
+def prefill_inputs(context: int, chunk: int, hq: int, hkv: int, d: int, dtype, device="cuda"):
+    """(q, k, v, res, regions, md, out) of one request: `chunk` new tokens after `context` cached
+    ones (rounded down to complete blocks), pages in a shuffled block table."""
+    bs = fmt.BLOCK_SIZE
+    context = context // bs * bs
+    total = context + chunk
+    num_blocks = total // bs + 1
+    gen = torch.Generator(device=device).manual_seed(1)
+    regions = _random_pages(num_blocks, hkv, d, gen, device)
+    res = torch.randn(2, 2, hkv, bs, d, dtype=dtype, device=device, generator=gen)
+    q = torch.randn(chunk, hq, d, dtype=dtype, device=device, generator=gen)
+    k = torch.randn(chunk, hkv, d, dtype=dtype, device=device, generator=gen)
+    v = torch.randn(chunk, hkv, d, dtype=dtype, device=device, generator=gen)
+    out = torch.empty(chunk, hq, d, dtype=dtype, device=device)
+    i32 = lambda x, dev=device: torch.tensor(x, dtype=torch.int32, device=dev)
+    bt = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32).view(1, -1)
+    md = S4KVMetadata(1, chunk, chunk, total, i32([0, chunk]), i32([total]), bt, i32([0]),
+                      i32([0, chunk], "cpu"), i32([total], "cpu"), i32([0], "cpu"))
+    return q, k, v, res, regions, md, out
+
+
+def bench_prefill_case(context: int, chunk: int, hq: int = 28, hkv: int = 4, d: int = 128,
+                       dtype=torch.bfloat16) -> dict:
+    """One layer's chunk attention: `chunk` new queries of one request after `context` cached tokens
+    (complete blocks, quantized), as chunked prefill runs it; timed with the host-side tiling the
+    backend does (prefill is not graph-captured). Next to bf16 FlashAttention on the same shape."""
+    import triton.testing
+
+    from s4kv.kernels.prefill import prefill_attention
+
+    q, k, v, res, regions, md, out = prefill_inputs(context, chunk, hq, hkv, d, dtype)
+    context = context // fmt.BLOCK_SIZE * fmt.BLOCK_SIZE
+    ms = triton.testing.do_bench(lambda: prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
+                                 warmup=10, rep=100, return_mode="median")
+    flops = 4 * chunk * (context + (chunk + 1) / 2) * d * hq  # QK and PV over the causal keys
+    row = {"kind": "prefill", "context": context, "chunk": chunk, "hq": hq, "hkv": hkv, "d": d, "ms": ms,
+           "tflops": flops / (ms * 1e-3) / 1e12}
+    fa = _flash_prefill_ms(context, chunk, hq, hkv, d, dtype)
+    if fa is not None:
+        row["flash_attn_bf16_ms"] = fa
+    return row
+
+
+def _flash_prefill_ms(context, chunk, hq, hkv, d, dtype) -> float | None:
+    import triton.testing
+
+    try:
+        from vllm.vllm_flash_attn import flash_attn_varlen_func
+    except Exception as e:  # noqa: BLE001 - the baseline is optional
+        print(f"flash-attn prefill unavailable: {e!r}", file=sys.stderr)
+        return None
+    block, total = 16, context + chunk
+    nb = math.ceil(total / block)
+    kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
+    vc = torch.randn_like(kc)
+    q = torch.randn(chunk, hq, d, dtype=dtype, device="cuda")
+    out = torch.empty_like(q)
+    bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(1, -1)
+    cu_q = torch.tensor([0, chunk], dtype=torch.int32, device="cuda")
+    seq = torch.tensor([total], dtype=torch.int32, device="cuda")
+    try:
+        return triton.testing.do_bench(lambda: flash_attn_varlen_func(
+            q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=chunk, seqused_k=seq,
+            max_seqlen_k=total, softmax_scale=d ** -0.5, causal=True, block_table=bt),
+            warmup=10, rep=100, return_mode="median")
+    except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
+        print(f"flash-attn prefill unavailable: {e!r}", file=sys.stderr)
+        return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--contexts", default="1024,8192,32768")
     ap.add_argument("--batches", default="64,32,8")
+    ap.add_argument("--prefill-contexts", default="",
+                    help="also time the chunk (prefill) kernel: a chunk of --chunk queries after each of "
+                         "these cached contexts, e.g. 0,8192,30720")
+    ap.add_argument("--chunk", type=int, default=2048, help="queries per prefill chunk (default 2048)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     copy = copy_bandwidth()
@@ -133,6 +216,14 @@ def main(argv=None) -> int:
         fa = f"{r['flash_attn_bf16_ms'] * 1e3:11.1f}" if "flash_attn_bf16_ms" in r else f"{'n/a':>11}"
         print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
               f"{r['fraction_of_copy']:8.1%} {fa}", flush=True)
+    if args.prefill_contexts:
+        print(f"{'context':>8} {'chunk':>6} {'us':>9} {'TFLOP/s':>8} {'FA bf16 us':>11} {'FA / ours':>9}")
+    for ctx in (int(c) for c in args.prefill_contexts.split(",") if c):
+        r = bench_prefill_case(ctx, args.chunk)
+        rows.append(r)
+        fa = r.get("flash_attn_bf16_ms")
+        print(f"{r['context']:8d} {r['chunk']:6d} {r['ms'] * 1e3:9.1f} {r['tflops']:8.1f} "
+              + (f"{fa * 1e3:11.1f} {fa / r['ms']:9.2f}" if fa else f"{'n/a':>11} {'':>9}"), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=2)

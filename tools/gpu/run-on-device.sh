@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune smoke kernels profile
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-prefill smoke kernels profile
 #                                                 bench-capacity bench-speed bench-quality)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
@@ -99,8 +99,10 @@ for s in "$@"; do
       unset S4KV_KERNEL_CONFIG
       step tune python3 tools/gpu/tune_kernels.py decode --json "$OUT/tune.json" --config-out $CONFIG
       [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
-    kernels)
-      step kernels python3 -m s4kv.kernels.bench --json "$OUT/kernels.json" ;;
+    kernels)  # decode kernel alone on the speed points; chunk kernel after 0, 8k and 30k cached tokens
+      step kernels python3 -m s4kv.kernels.bench --prefill-contexts 0,8192,30720 --json "$OUT/kernels.json" ;;
+    tune-prefill)  # chunk-kernel launch sweep, each variant checked against the default's output
+      step tune-prefill python3 tools/gpu/tune_kernels.py prefill --json "$OUT/tune-prefill.json" ;;
     profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory
       # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log
       NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Diagnosis and tuning of the Triton kernels on a CUDA GPU (a device aid, not a test).
 
-    python3 tools/gpu/tune_kernels.py rot d64 decode [--json OUT]
+    python3 tools/gpu/tune_kernels.py rot d64 decode prefill [--json OUT]
 
 rot:    rotate_halves alone (the in-kernel rotation) against torch for every tile shape the kernels
         use, with the first-row extraction the store kernel does, under several num_warps.
@@ -10,6 +10,9 @@ d64:    the head_dim-64 store and chunk-attention checks of debug_kernels.py und
 decode: split-KV decode time over (page tile, page pipeline depth, register cap, programs per SM)
         on the benchmark shapes (Qwen2.5-7B: 28/4 heads, head_dim 128), with registers/spills/shared
         memory per variant.
+prefill: chunk-kernel time over (tile queries, warps, pipeline stages) for a 2048-query chunk after
+        0, 8k and 30k cached tokens, each variant checked against the default launch's output,
+        next to bf16 FlashAttention.
 """
 
 import argparse
@@ -189,9 +192,58 @@ def sweep_decode(results, config_out=None):
         print(f"wrote {config_out}", flush=True)
 
 
+def sweep_prefill(results):
+    """Chunk-kernel launch options (tile queries, warps, pipeline stages) on chunks after 0, 8k and
+    30k cached tokens, head_dim 128. Each variant's output must match the default launch's (the
+    GPU-tested one) before its time counts: a miscompile is reported, not ranked."""
+    from s4kv.kernels.bench import bench_prefill_case, prefill_inputs
+    from s4kv.kernels.prefill import _prefill_kernel as prefill_kernel
+    from s4kv.kernels.prefill import prefill_attention
+
+    shapes = (0, 8192, 30720)
+    inputs = {c: prefill_inputs(c, 2048, 28, 4, 128, torch.bfloat16) for c in shapes}
+    expected = {}
+    for c, (q, k, v, res, regions, md, out) in inputs.items():
+        prefill_attention(q, k, v, res, regions, md, 0, 128 ** -0.5, out)
+        expected[c] = out.float().clone()
+    variants = {}
+    for bm, nw, stages in itertools.product((32, 64, 128), (4, 8), (1, 2, 3)):
+        opts = {"block_m": bm, "num_warps": nw, "num_stages": stages}
+        kernels.LAUNCH[("prefill", 128)] = opts
+        times, ok = [], True
+        for c, (q, k, v, res, regions, md, out) in inputs.items():
+            try:
+                out.zero_()
+                prefill_attention(q, k, v, res, regions, md, 0, 128 ** -0.5, out)
+                err = ((out.float() - expected[c]).norm() / expected[c].norm()).item()
+                if not err < 1e-2:
+                    print(f"{opts} context {c}: output differs from the default launch's (rel. L2 {err:.3g})",
+                          flush=True)
+                    ok = False
+                    break
+                r = bench_prefill_case(c, 2048)
+            except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
+                print(f"{opts} context {c}: {type(e).__name__} {e}"[:300], flush=True)
+                ok = False
+                break
+            r.update(probe="prefill", options=opts, rel_err_vs_default=err)
+            results.append(r)
+            times.append(r["ms"])
+            fa = r.get("flash_attn_bf16_ms")
+            print(f"{opts} context {c:6d}: {r['ms'] * 1e3:8.1f} us {r['tflops']:6.1f} TFLOP/s"
+                  + (f"  FA bf16 {fa * 1e3:8.1f} us" if fa else ""), flush=True)
+        if ok:
+            variants[(bm, nw, stages)] = math.prod(times) ** (1 / len(times))
+        print("   ", "; ".join(kernel_facts(prefill_kernel)[-1:]), flush=True)
+    kernels.LAUNCH.pop(("prefill", 128), None)
+    if variants:
+        (bm, nw, stages), gm = min(variants.items(), key=lambda kv: kv[1])
+        print(f"best: block_m={bm} num_warps={nw} num_stages={stages} (geomean {gm * 1e3:.1f} us)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode"])
+    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode", "prefill"])
     ap.add_argument("--json")
     ap.add_argument("--config-out", help="decode: write the best launch options here (S4KV_KERNEL_CONFIG)")
     ap.add_argument("--store", default="", help="d64: store launch options, e.g. num_warps=8")
@@ -208,6 +260,8 @@ def main():
         else:
             if p == "decode":
                 sweep_decode(results, args.config_out)
+            elif p == "prefill":
+                sweep_prefill(results)
             else:
                 probe_rotation(results)
     if args.json:
