@@ -137,114 +137,104 @@ def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
 
 def device_defaults(cc: int, kernel: str, head_size: int) -> dict:
     """The launch options a GPU of this architecture starts from (s4kv.kernels.launch_options on the
-    device; here the tensors are on the CPU, so the architecture's shared memory decides)."""
+    device; here the tensors are on the CPU, so the architecture's shared memory is passed)."""
     from s4kv import kernels
 
-    small = ARCH[cc]["smem"] - 1024 < kernels.SMALL_SHARED_MEMORY
-    return {**(kernels.SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if small else {}),
-            **kernels.LAUNCH.get((kernel, head_size), {})}
+    return kernels.launch_options_for(kernel, head_size, ARCH[cc]["smem"] - 1024)
+
+
+def _metadata(rows: int, qlen: int, seq_len: int):
+    """Metadata of `rows` requests, each `qlen` new tokens ending at `seq_len` (slots 0..rows-1)."""
+    from s4kv.backend.metadata import S4KVMetadata
+
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+    qsl = i32([i * qlen for i in range(rows + 1)])
+    return S4KVMetadata(rows, rows * qlen, qlen, seq_len, qsl, i32([seq_len] * rows),
+                        torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
+                        qsl.clone(), i32([seq_len] * rows), i32(list(range(rows))))
+
+
+def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
+    """(compiled kernel, its launch options): `launch` run under the compile-only driver with the
+    architecture's defaults overridden by `options` (kernels.LAUNCH restored afterwards)."""
+    from s4kv import kernels
+
+    opts = {**device_defaults(cc, kernel, d), **options}
+    saved = dict(kernels.LAUNCH)
+    kernels.LAUNCH[(kernel, d)] = opts
+    jit_fn.device_caches.clear()
+    try:
+        _compile(launch)
+    finally:
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(saved)
+    (kern,) = jit_fn.device_caches[0][0].values()
+    return kern, opts
+
+
+def _cache_tensors(rows: int, hkv: int, d: int, dt):
+    """Zero pages and residual slots for `rows` requests (compiling reads only their shapes)."""
+    from s4kv import format as fmt
+
+    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    return regions, torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
 
 
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
-    from s4kv import format as fmt
-    from s4kv import kernels
-    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.backend.metadata import plan_launch
     from s4kv.kernels import decode
 
     hq, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
-    rows, context = 8, 1000
-    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
-    md = S4KVMetadata(rows, rows, 1, context, i32(list(range(rows + 1))), i32([context] * rows),
-                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
-                      i32(list(range(rows + 1))), i32([context] * rows), i32(list(range(rows))))
-    plan_launch(md, hkv, num_sms=132, uniform_decode=True)
-    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    rows = 8
+    md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
+    regions, res = _cache_tensors(rows, hkv, d, dt)
     q = torch.zeros(rows, hq, d, dtype=dt)
     k = torch.zeros(rows, hkv, d, dtype=dt)
-    saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("decode", d)] = {**device_defaults(cc, "decode", d), **options}
-    decode._decode_kernel.device_caches.clear()
-    try:
-        _compile(lambda: decode.decode_attention(q, k, k.clone(), res, regions, md, rows, d ** -0.5,
-                                                 torch.zeros_like(q), md.decode_splits))
-    finally:
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(saved)
-    (kern,) = decode._decode_kernel.device_caches[0][0].values()
+    kern, opts = _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
+        q, k, k.clone(), res, regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, {**device_defaults(cc, "decode", d), **options}, kern, page)
+    return _facts(cc, shape, dtype, opts, kern, page)
 
 
 def prefill_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the chunk (prefill) kernel for one launch configuration; static facts of its loop over
     quantized pages (the first of its two loops; the second reads exact tokens)."""
-    from s4kv import format as fmt
-    from s4kv import kernels
-    from s4kv.backend.metadata import S4KVMetadata
     from s4kv.kernels import prefill
 
     hq, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
-    rows, qlen, context = 2, 256, 1000
-    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
-    qsl = i32([i * qlen for i in range(rows + 1)])
-    md = S4KVMetadata(rows, rows * qlen, qlen, context, qsl, i32([context] * rows),
-                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
-                      qsl.clone(), i32([context] * rows), i32(list(range(rows))))
-    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    rows, qlen = 2, 256
+    md = _metadata(rows, qlen, 1000)
+    regions, res = _cache_tensors(rows, hkv, d, dt)
     q = torch.zeros(rows * qlen, hq, d, dtype=dt)
     k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
-    saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("prefill", d)] = {**device_defaults(cc, "prefill", d), **options}
-    prefill._prefill_kernel.device_caches.clear()
-    try:
-        _compile(lambda: prefill.prefill_attention(q, k, k.clone(), res, regions, md, 0, d ** -0.5,
-                                                   torch.zeros_like(q)))
-    finally:
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(saved)
-    (kern,) = prefill._prefill_kernel.device_caches[0][0].values()
+    kern, opts = _compiled(cc, "prefill", d, options, prefill._prefill_kernel, lambda: prefill.prefill_attention(
+        q, k, k.clone(), res, regions, md, 0, d ** -0.5, torch.zeros_like(q)))
     bodies = [c for c in loops(_sass(kern)) if _mma(c)]
     page = bodies[0] if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, {**device_defaults(cc, "prefill", d), **options}, kern, page)
+    return _facts(cc, shape, dtype, opts, kern, page)
 
 
 def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the block-store kernel (quantizes completed blocks into pages); loop facts of its
     largest loop, if any."""
     from s4kv import format as fmt
-    from s4kv import kernels
-    from s4kv.backend.metadata import S4KVMetadata
     from s4kv.kernels import store
 
     _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
     rows, qlen = 2, fmt.BLOCK_SIZE
-    i32 = lambda x: torch.tensor(x, dtype=torch.int32)
-    qsl = i32([i * qlen for i in range(rows + 1)])
-    md = S4KVMetadata(rows, rows * qlen, qlen, qlen, qsl, i32([qlen] * rows),
-                      torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
-                      qsl.clone(), i32([qlen] * rows), i32(list(range(rows))))
-    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-    res = torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    md = _metadata(rows, qlen, qlen)
+    regions, res = _cache_tensors(rows, hkv, d, dt)
     k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
-    saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("store", d)] = {**device_defaults(cc, "store", d), **options}
-    store._store_blocks_kernel.device_caches.clear()
-    try:
-        _compile(lambda: store.store_blocks(k, k.clone(), res, regions, md, 1))
-    finally:
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(saved)
-    (kern,) = store._store_blocks_kernel.device_caches[0][0].values()
+    kern, opts = _compiled(cc, "store", d, options, store._store_blocks_kernel,
+                           lambda: store.store_blocks(k, k.clone(), res, regions, md, 1))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: sum(c.values())) if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, {**device_defaults(cc, "store", d), **options}, kern, page)
+    return _facts(cc, shape, dtype, opts, kern, page)
 
 
 def _sass(kern) -> str:

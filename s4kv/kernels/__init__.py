@@ -82,9 +82,16 @@ def max_shared_memory(device) -> int | None:
 
 
 def launch_options(kernel: str, head_size: int, device=None) -> dict:
-    """Options of one kernel launch: the tuned LAUNCH entry over the device's shared-memory defaults."""
-    smem = max_shared_memory(device)
-    base = SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if smem is not None and smem < SMALL_SHARED_MEMORY else {}
+    """Options of one kernel launch on `device`: the tuned LAUNCH entry over the device's
+    shared-memory defaults."""
+    return launch_options_for(kernel, head_size, max_shared_memory(device))
+
+
+def launch_options_for(kernel: str, head_size: int, shared_memory: int | None) -> dict:
+    """The same for a GPU whose blocks may use `shared_memory` bytes (None: no rule, e.g. off the
+    GPU); tools/kernel_static.py asks it per architecture."""
+    small = shared_memory is not None and shared_memory < SMALL_SHARED_MEMORY
+    base = SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if small else {}
     return {**base, **LAUNCH.get((kernel, head_size), {})}
 
 

@@ -91,36 +91,43 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
         + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
                "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3)}
-    fa = _flash_decode_ms(context, batch, hq, hkv, d, dtype)
+    fa = _flash_ms(batch, 1, context, hq, hkv, d, dtype, graph=True)
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
         row["flash_attn_bf16_bytes"] = batch * context * hkv * 2 * d * 2
     return row
 
 
-def _flash_decode_ms(context, batch, hq, hkv, d, dtype) -> float | None:
-    """bf16 paged decode through vLLM's FlashAttention (what `auto` runs; FA3 on Hopper), same
-    shape, 16-token blocks (vLLM's default for it), FlashAttention's own split heuristics."""
+def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool) -> float | None:
+    """bf16 paged attention through vLLM's FlashAttention (what `auto` runs; FA3 on Hopper): `batch`
+    rows of `qlen` queries over `kv_len` keys each, causal, 16-token blocks (vLLM's default for
+    it), FlashAttention's own split heuristics; timed from a CUDA graph when `graph`."""
+    import triton.testing
+
     try:
         from vllm.vllm_flash_attn import flash_attn_varlen_func
     except Exception as e:  # noqa: BLE001 - no vLLM or a build without it: the baseline is optional
-        print(f"flash-attn decode unavailable: {e!r}", file=sys.stderr)
+        print(f"flash-attn unavailable: {e!r}", file=sys.stderr)
         return None
     block = 16
-    nb = batch * math.ceil(context / block)
+    nb = batch * math.ceil(kv_len / block)
     kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
     vc = torch.randn_like(kc)
-    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda")
+    q = torch.randn(batch * qlen, hq, d, dtype=dtype, device="cuda")
     out = torch.empty_like(q)
     bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(batch, -1)
-    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    cu_q = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    seq = torch.full((batch,), kv_len, dtype=torch.int32, device="cuda")
+    cu_q = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * qlen
+
+    def run():
+        flash_attn_varlen_func(q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=qlen, seqused_k=seq,
+                               max_seqlen_k=kv_len, softmax_scale=d ** -0.5, causal=True, block_table=bt)
+
     try:
-        return _graph_time(lambda: flash_attn_varlen_func(
-            q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1, seqused_k=seq,
-            max_seqlen_k=context, softmax_scale=d ** -0.5, causal=True, block_table=bt))
+        return _graph_time(run) if graph else triton.testing.do_bench(run, warmup=10, rep=100,
+                                                                       return_mode="median")
     except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
-        print(f"flash-attn decode unavailable: {e!r}", file=sys.stderr)
+        print(f"flash-attn unavailable: {e!r}", file=sys.stderr)
         return None
 
 
@@ -145,53 +152,34 @@ def prefill_inputs(context: int, chunk: int, hq: int, hkv: int, d: int, dtype, d
     return q, k, v, res, regions, md, out
 
 
-def bench_prefill_case(context: int, chunk: int, hq: int = 28, hkv: int = 4, d: int = 128,
-                       dtype=torch.bfloat16) -> dict:
-    """One layer's chunk attention: `chunk` new queries of one request after `context` cached tokens
-    (complete blocks, quantized), as chunked prefill runs it; timed with the host-side tiling the
-    backend does (prefill is not graph-captured). Next to bf16 FlashAttention on the same shape."""
+def time_prefill(inputs, d: int) -> float:
+    """Median ms of the chunk kernel on prefill_inputs(...), host-side tiling included (prefill is
+    not graph-captured)."""
     import triton.testing
 
     from s4kv.kernels.prefill import prefill_attention
 
-    q, k, v, res, regions, md, out = prefill_inputs(context, chunk, hq, hkv, d, dtype)
-    context = context // fmt.BLOCK_SIZE * fmt.BLOCK_SIZE
-    ms = triton.testing.do_bench(lambda: prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
-                                 warmup=10, rep=100, return_mode="median")
+    q, k, v, res, regions, md, out = inputs
+    return triton.testing.do_bench(lambda: prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
+                                   warmup=10, rep=100, return_mode="median")
+
+
+def bench_prefill_case(context: int, chunk: int, hq: int = 28, hkv: int = 4, d: int = 128,
+                       dtype=torch.bfloat16) -> dict:
+    """One layer's chunk attention: `chunk` new queries of one request after `context` cached tokens
+    (complete blocks, quantized), as chunked prefill runs it. Next to bf16 FlashAttention on the
+    same shape."""
+    inputs = prefill_inputs(context, chunk, hq, hkv, d, dtype)
+    total = int(inputs[5].seq_lens_cpu[0])
+    context = total - chunk
+    ms = time_prefill(inputs, d)
     flops = 4 * chunk * (context + (chunk + 1) / 2) * d * hq  # QK and PV over the causal keys
     row = {"kind": "prefill", "context": context, "chunk": chunk, "hq": hq, "hkv": hkv, "d": d, "ms": ms,
            "tflops": flops / (ms * 1e-3) / 1e12}
-    fa = _flash_prefill_ms(context, chunk, hq, hkv, d, dtype)
+    fa = _flash_ms(1, chunk, total, hq, hkv, d, dtype, graph=False)
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
     return row
-
-
-def _flash_prefill_ms(context, chunk, hq, hkv, d, dtype) -> float | None:
-    import triton.testing
-
-    try:
-        from vllm.vllm_flash_attn import flash_attn_varlen_func
-    except Exception as e:  # noqa: BLE001 - the baseline is optional
-        print(f"flash-attn prefill unavailable: {e!r}", file=sys.stderr)
-        return None
-    block, total = 16, context + chunk
-    nb = math.ceil(total / block)
-    kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
-    vc = torch.randn_like(kc)
-    q = torch.randn(chunk, hq, d, dtype=dtype, device="cuda")
-    out = torch.empty_like(q)
-    bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(1, -1)
-    cu_q = torch.tensor([0, chunk], dtype=torch.int32, device="cuda")
-    seq = torch.tensor([total], dtype=torch.int32, device="cuda")
-    try:
-        return triton.testing.do_bench(lambda: flash_attn_varlen_func(
-            q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=chunk, seqused_k=seq,
-            max_seqlen_k=total, softmax_scale=d ** -0.5, causal=True, block_table=bt),
-            warmup=10, rep=100, return_mode="median")
-    except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
-        print(f"flash-attn prefill unavailable: {e!r}", file=sys.stderr)
-        return None
 
 
 def main(argv=None) -> int:
