@@ -31,6 +31,36 @@ def test_top1_agreement():
         metrics.top1_agreement([1, 2], [1])
 
 
+def test_batch_means_standard_error():
+    # segments of 2: means 1, 3, 5 -> stdev 2 -> SE 2 / sqrt(3); the trailing value enters the mean only
+    mean, se = metrics.batch_means([0, 2, 2, 4, 4, 6, 100], segment=2)
+    assert mean == pytest.approx(118 / 7)
+    assert se == pytest.approx(2 / math.sqrt(3))
+    assert metrics.batch_means([1.0] * 8, segment=4) == (1.0, 0.0)
+    with pytest.raises(ValueError):
+        metrics.batch_means([1.0] * 7, segment=4)  # one segment: no spread to measure
+
+
+def test_paired_perplexity_delta_and_its_error():
+    ref = [math.log(0.5)] * 4
+    # X loses ln 2 nats on segment 1 and nothing on segment 2: mean diff ln2 / 2, ppl ratio sqrt(2)
+    x = [math.log(0.25)] * 2 + [math.log(0.5)] * 2
+    delta, se = metrics.ppl_delta_with_error(x, ref, segment=2)
+    assert delta == pytest.approx(100 * (math.sqrt(2) - 1))
+    assert delta == pytest.approx(metrics.ppl_delta_pct(metrics.perplexity(x), metrics.perplexity(ref)))
+    # segment means ln2 and 0: stdev ln2 / sqrt(2), SE ln2 / 2, scaled by the ratio (d/dm of e^m)
+    assert se == pytest.approx(100 * math.sqrt(2) * math.log(2) / 2)
+    assert metrics.ppl_delta_with_error(ref, ref, segment=2) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        metrics.ppl_delta_with_error(x, ref[:3], segment=2)
+
+
+def test_top1_agreement_and_its_error():
+    # segments [agree, agree], [agree, miss]: means 1, 0.5 -> SE 0.25
+    agreement, se = metrics.top1_agreement_with_error([1, 2, 3, 4], [1, 2, 3, 0], segment=2)
+    assert agreement == 0.75 and se == pytest.approx(0.25)
+
+
 def test_first_divergence():
     assert metrics.first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert metrics.first_divergence([1, 2, 3], [1, 5, 3]) == 1

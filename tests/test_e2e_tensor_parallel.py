@@ -18,7 +18,7 @@ import math
 import os
 
 import pytest
-from e2e_harness import engines, quality_params, report, restored_environ, spec
+from e2e_harness import engines, quality_params, quality_vs_bf16, report, restored_environ, spec
 from serve_harness import needs_smollm2, needs_vllm, smollm2_dir
 
 pytestmark = [pytest.mark.engine, needs_vllm, needs_smollm2]
@@ -59,16 +59,14 @@ def measured():
 
 
 def test_tensor_parallel_int4_kivi_matches_bf16_quality(measured):
-    from s4kv.bench import metrics
-
+    """The single-GPU quality targets at TP 3, up to this run's noise (e2e_harness.NOISE_Z: the
+    bf16 baseline itself moves between TP sizes and machines, and the int4_kivi delta with it)."""
     (heads_ref, ref, ref_raw), (heads, int4, int4_raw) = measured["auto"], measured["int4_kivi"]
     assert heads_ref == heads == 1  # one kv head per rank
     for m in (ref, int4):
         assert m["scored_positions"] == 2047 and m["nonfinite_logprobs"] == 0 and math.isfinite(m["perplexity"])
-    delta = metrics.ppl_delta_pct(int4["perplexity"], ref["perplexity"])
-    agreement = metrics.top1_agreement(int4_raw["text_top1"], ref_raw["text_top1"])
-    report(f"tensor parallel {TP} (1 kv head per rank), 2048 tokens, chunked prefill {ref['chunk']}: perplexity "
-           f"auto {ref['perplexity']:.4f}, int4_kivi {int4['perplexity']:.4f} ({delta:+.3f}%; target <= "
-           f"+{MAX_PPL_DELTA_PCT}%); top-1 agreement {agreement:.4f} (target >= {MIN_TOP1_AGREEMENT})")
-    assert delta <= MAX_PPL_DELTA_PCT
-    assert agreement >= MIN_TOP1_AGREEMENT
+    report(f"tensor parallel {TP}: perplexity auto {ref['perplexity']:.4f}, int4_kivi {int4['perplexity']:.4f}")
+    q = quality_vs_bf16(int4_raw, ref_raw, MAX_PPL_DELTA_PCT, MIN_TOP1_AGREEMENT,
+                        f"tensor parallel {TP} (1 kv head per rank), 2048 tokens, chunked prefill {ref['chunk']}")
+    assert q["ppl_ok"], q
+    assert q["top1_ok"], q

@@ -17,6 +17,14 @@ Definitions (they are what `results.md` reports):
   list of first divergences and their median, where an identical sequence counts as its length
   (it did not diverge within the generated tokens).
 * ratios: value(X) / value(auto); ppl delta: 100 * (ppl(X) - ppl(auto)) / ppl(auto).
+* standard errors of the perplexity delta and of top-1 agreement: the paired per-position
+  differences (X's negative log-likelihood minus auto's; X's top-1 equal to auto's or not) are
+  averaged over contiguous segments of SEGMENT positions, and the error is the spread of those
+  segment means over the square root of their number (batch means). Positions inside one KV
+  block share that block's quantization noise, so single positions are not independent; whole
+  segments nearly are. It is the noise floor of one run: a different machine or TP layout rounds
+  the model differently, which redraws the quantization noise, and across such runs the delta of
+  int4_kivi moved by about this much (docs/quality-noise.md).
 """
 
 from __future__ import annotations
@@ -36,6 +44,42 @@ def perplexity(logprobs: Sequence[float]) -> float:
 def ppl_delta_pct(ppl: float, ref_ppl: float) -> float:
     """Relative perplexity change vs the reference, in percent."""
     return 100.0 * (ppl - ref_ppl) / ref_ppl
+
+
+SEGMENT = 128  # positions per segment of the batch-means standard error: one KV block
+
+
+def batch_means(values: Sequence[float], segment: int = SEGMENT) -> tuple[float, float]:
+    """(mean, standard error of the mean) of a series whose neighbours are correlated: the mean over
+    all values, the error from the means of contiguous segments of `segment` values (a trailing
+    partial segment only enters the mean)."""
+    n = len(values)
+    k = n // segment
+    if k < 2:
+        raise ValueError(f"a standard error needs >= 2 segments of {segment} values, got {n} values")
+    means = [statistics.fmean(values[i * segment:(i + 1) * segment]) for i in range(k)]
+    return statistics.fmean(values), statistics.stdev(means) / math.sqrt(k)
+
+
+def ppl_delta_with_error(logprobs: Sequence[float], ref_logprobs: Sequence[float],
+                         segment: int = SEGMENT) -> tuple[float, float]:
+    """(perplexity delta vs the reference in percent, its standard error in percent), from the paired
+    per-position log-probabilities of the same text. The delta equals ppl_delta_pct of the two
+    perplexities: ppl(X) / ppl(ref) = exp(mean(nll_X - nll_ref))."""
+    if len(logprobs) != len(ref_logprobs):
+        raise ValueError(f"logprob lists differ in length: {len(logprobs)} vs {len(ref_logprobs)}")
+    diff = [b - a for a, b in zip(logprobs, ref_logprobs)]  # nll(X) - nll(ref)
+    _, se = batch_means(diff, segment)
+    mean = statistics.fmean(diff)
+    return 100.0 * math.expm1(mean), 100.0 * math.exp(mean) * se
+
+
+def top1_agreement_with_error(top1: Sequence[int], ref_top1: Sequence[int],
+                              segment: int = SEGMENT) -> tuple[float, float]:
+    """(top-1 agreement, its standard error) over the same positions."""
+    agreement = top1_agreement(top1, ref_top1)
+    _, se = batch_means([float(a == b) for a, b in zip(top1, ref_top1)], segment)
+    return agreement, se
 
 
 def ratio(value: float | None, ref: float | None) -> float | None:

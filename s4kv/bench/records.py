@@ -130,6 +130,11 @@ def reference(records: Iterable[dict], measurement: str) -> dict | None:
     return None
 
 
+def _paired(values, ref_values) -> bool:
+    """Both series present, of one length, long enough for a standard error (two segments)."""
+    return bool(values) and bool(ref_values) and len(values) == len(ref_values) >= 2 * metrics.SEGMENT
+
+
 def compare(rec: dict, ref: dict | None) -> dict | None:
     """The record's numbers relative to `auto` (None when there is nothing to compare)."""
     if ref is None or rec["status"] != "ok" or ref["status"] != "ok":
@@ -158,8 +163,14 @@ def compare(rec: dict, ref: dict | None) -> dict | None:
         if m.get("perplexity") is not None and r.get("perplexity") is not None:
             out["perplexity_delta_pct"] = metrics.ppl_delta_pct(m["perplexity"], r["perplexity"])
         raw, rraw = rec.get("raw") or {}, ref.get("raw") or {}
-        if raw.get("text_top1") and rraw.get("text_top1") and len(raw["text_top1"]) == len(rraw["text_top1"]):
-            out["top1_agreement"] = metrics.top1_agreement(raw["text_top1"], rraw["text_top1"])
+        lp, rlp = raw.get("text_logprobs"), rraw.get("text_logprobs")
+        if _paired(lp, rlp) and None not in lp and None not in rlp:
+            out["perplexity_delta_se_pct"] = metrics.ppl_delta_with_error(lp, rlp)[1]
+        t1, rt1 = raw.get("text_top1"), rraw.get("text_top1")
+        if t1 and rt1 and len(t1) == len(rt1):
+            out["top1_agreement"] = metrics.top1_agreement(t1, rt1)
+            if _paired(t1, rt1):
+                out["top1_agreement_se"] = metrics.top1_agreement_with_error(t1, rt1)[1]
         if raw.get("greedy_tokens") and rraw.get("greedy_tokens") and \
                 len(raw["greedy_tokens"]) == len(rraw["greedy_tokens"]):
             g = metrics.compare_greedy(raw["greedy_tokens"], rraw["greedy_tokens"])

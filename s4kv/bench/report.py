@@ -69,7 +69,9 @@ def quality_rows(recs: list[dict]) -> list[dict]:
             "label": records.label(r),
             "perplexity": m.get("perplexity"),
             "ppl_delta_pct": vs.get("perplexity_delta_pct"),
+            "ppl_delta_se_pct": vs.get("perplexity_delta_se_pct"),
             "top1_agreement": vs.get("top1_agreement"),
+            "top1_agreement_se": vs.get("top1_agreement_se"),
             "identical": g.get("identical_sequences"),
             "num_sequences": g.get("num_sequences"),
             "token_agreement": g.get("token_agreement"),
@@ -80,6 +82,11 @@ def quality_rows(recs: list[dict]) -> list[dict]:
     return out
 
 
+def _with_error(text: str, se: float | None, fmt: str) -> str:
+    """"+0.34% ± 0.27": a number with its standard error (none for the reference itself)."""
+    return text if not se else f"{text} ± {fmt.format(se)}"
+
+
 def quality_table(recs: list[dict]) -> str | None:
     qrows = quality_rows(recs)
     if not qrows:
@@ -88,13 +95,14 @@ def quality_table(recs: list[dict]) -> str | None:
     for q in qrows:
         fd = q["first_divergence"]
         rows.append([
-            f"`{q['label']}`", _f(q["perplexity"], "{:.4f}"), _f(q["ppl_delta_pct"], "{:+.2f}%"),
-            _pct(q["top1_agreement"]),
+            f"`{q['label']}`", _f(q["perplexity"], "{:.4f}"),
+            _with_error(_f(q["ppl_delta_pct"], "{:+.2f}%"), q["ppl_delta_se_pct"], "{:.2f}%"),
+            _with_error(_pct(q["top1_agreement"]), q["top1_agreement_se"], "{:.2%}"),
             "–" if q["identical"] is None else f"{q['identical']}/{q['num_sequences']}",
             _pct(q["token_agreement"], 1), _pct(q["prefix_agreement"], 1),
             _f(q["median_first_divergence"], "{:g}"),
             "–" if fd is None else " ".join("=" if x is None else str(x) for x in fd)])
-    return _table(["KV dtype", "perplexity", "Δ ppl vs auto", "top-1 agreement", "identical greedy",
+    return _table(["KV dtype", "perplexity", "Δ ppl vs auto (± SE)", "top-1 agreement (± SE)", "identical greedy",
                    "token agreement", "prefix agreement", "median first div.", "first divergence per prompt"],
                   rows)
 
