@@ -137,7 +137,7 @@ TRITON_ON_DEVICE = "3.6.0"
 
 @nox.session(name="kernels-static")
 def kernels_static(session: nox.Session) -> None:
-    """`-- [--kernel decode,prefill,store] [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the kernels compiled
+    """`-- [--kernel decode,stage,store] [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the kernels compiled
     for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
     session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
     session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})

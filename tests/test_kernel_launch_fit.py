@@ -22,16 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_small_shared_memory_gpus_start_from_their_own_launch_options(monkeypatch):
-    monkeypatch.setattr(kernels, "LAUNCH", {("prefill", 64): {"num_warps": 2}})
+    monkeypatch.setattr(kernels, "LAUNCH", {("stage", 64): {"num_warps": 2}})
+    monkeypatch.setattr(kernels, "SMALL_SHARED_LAUNCH", {("stage", 128): {"num_stages": 1, "num_warps": 8}})
     monkeypatch.setattr(kernels, "max_shared_memory", lambda device: 101_376)  # sm86 / sm89
-    assert kernels.launch_options("prefill", 128, "cuda:0") == kernels.SMALL_SHARED_LAUNCH[("prefill", 128)]
-    assert kernels.launch_options("prefill", 64, "cuda:0") == {"num_warps": 2}
+    assert kernels.launch_options("stage", 128, "cuda:0") == {"num_stages": 1, "num_warps": 8}
+    assert kernels.launch_options("stage", 64, "cuda:0") == {"num_warps": 2}
     assert kernels.launch_options("decode", 128, "cuda:0") == {}
     # a tuned entry (S4KV_KERNEL_CONFIG) overrides the small-memory defaults key by key
-    kernels.LAUNCH[("prefill", 128)] = {"num_stages": 1}
-    assert kernels.launch_options("prefill", 128, "cuda:0") == {"block_m": 32, "num_stages": 1}
+    kernels.LAUNCH[("stage", 128)] = {"num_warps": 4}
+    assert kernels.launch_options("stage", 128, "cuda:0") == {"num_stages": 1, "num_warps": 4}
     monkeypatch.setattr(kernels, "max_shared_memory", lambda device: 232_448)  # sm90
-    assert kernels.launch_options("prefill", 128, "cuda:0") == {"num_stages": 1}
+    assert kernels.launch_options("stage", 128, "cuda:0") == {"num_warps": 4}
 
 
 def test_no_shared_memory_rule_off_the_gpu():
@@ -50,7 +51,7 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
     out = tmp_path / "static.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,prefill,store",
+    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,store",
                            "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16",
                            "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
                           check=False)
@@ -61,6 +62,8 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
               if r["programs_per_sm"] < 1]
     assert not no_fit, f"kernels that cannot launch (kernel, arch, shape, options, shared bytes): {no_fit}"
     by = {(r["kernel"], r["arch"], r["shape"]): r for r in rows}
-    # the small-memory GPUs really got their own tiles, the others the general ones
-    assert by[("prefill", "sm86", "qwen2.5-7b")]["options"] == kernels.SMALL_SHARED_LAUNCH[("prefill", 128)]
-    assert by[("prefill", "sm90", "qwen2.5-7b")]["options"] == {}
+    # every architecture got the launch options it starts from on the device
+    for (kernel, arch, shape), r in by.items():
+        d = 128 if shape == "qwen2.5-7b" else 64
+        smem = 101_376 if arch in ("sm86", "sm89") else 232_448
+        assert r["options"] == kernels.launch_options_for(kernel, d, smem), (kernel, arch, shape)

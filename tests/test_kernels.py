@@ -155,36 +155,109 @@ def test_decode_sub_tiles(d, sub):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_prefill_small_shared_memory_tiles(dtype):
-    """The chunk kernel with the tiles of A10G/L4/L40S (s4kv.kernels.SMALL_SHARED_LAUNCH: 32-query
-    tiles, 2 stages), on whatever runs the tests: query tiles end inside blocks and chunks."""
-    from s4kv import kernels
+@pytest.mark.parametrize("hq,hkv,d", [(4, 4, 128), (8, 2, 64), (7, 1, 128)])  # GQA 1, 4, 7
+def test_chunk_attention_at_every_kind_of_boundary(dtype, hq, hkv, d):
+    """Chunk rows (staged pages + FlashAttention, or its PyTorch form off the GPU) against the
+    reference where the position rule has its corners: a chunk that ends on a block boundary (its
+    last query sees its own block quantized), one that starts at the last token of a block, one
+    that starts right after a boundary, chunks of 2 and of more than two blocks, several chunk rows
+    and a decode row in one batch."""
+    e = _engine(hq, hkv, d, dtype)
+    e.add("a", 5 * BS + 9, slot=0)
+    e.add("b", 3 * BS + 40, slot=1)
+    e.add("c", 2 * BS + 3, slot=2)
+    e.add("empty", 1, slot=3)
+    tol = TOL[dtype]
+    check(e, e.step([("a", BS - 1), ("b", 2 * BS)]), tol)  # a: up to the last token of block 0; b ends on one
+    check(e, e.step([("a", 2), ("b", 1), ("c", BS + 1)]), tol)  # a: 127..128; b: a decode; c: just past one
+    check(e, e.step([("c", BS + 2), ("a", 2 * BS + 70)]), tol)  # chunks over pages, residual and themselves
+    res = e.step([("b", 1), ("a", BS - 64), ("empty", 0)])  # a row with no query, after a chunk row
+    check(e, {name: res[name] for name in ("a", "b")}, tol)
 
-    e = _engine(8, 2, 128, dtype)
-    e.add("a", 300, slot=0)
-    e.add("b", 170, slot=2)
-    saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("prefill", 128)] = dict(kernels.SMALL_SHARED_LAUNCH[("prefill", 128)])
-    try:
-        check(e, e.step([("a", 161), ("b", 45)]), TOL[dtype])
-        check(e, e.step([("b", 1), ("a", 99)]), TOL[dtype])  # a decode row, a chunk over a page
-        check(e, e.step([("a", 40), ("b", 124)]), TOL[dtype])
-    finally:
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(saved)
+
+def test_chunk_attention_in_waves_equals_one_wave():
+    """A scratch too small for the whole step (as when an engine's chunk rows need more pages than
+    it reserved) splits the rows into waves; outputs stay those of one wave."""
+    from s4kv.kernels.chunk import ChunkWorkspace
+
+    def run(capacity):
+        e = _engine(8, 2, 64, torch.float16)
+        for name, n in (("a", 3 * BS + 5), ("b", 2 * BS + 7), ("c", 90)):
+            e.add(name, n, slot=len(e.reqs))
+        e.step([("a", 2 * BS + 1), ("b", BS)])
+        key = ChunkWorkspace._key(2, 64, DEVICE)
+        saved = ChunkWorkspace._reserved.pop(key, None)
+        if capacity:
+            ChunkWorkspace._reserved[key] = capacity
+        try:
+            out = e.step([("a", BS + 4), ("b", BS + 7), ("c", 90)])
+        finally:
+            ChunkWorkspace._reserved.pop(key, None)
+            if saved is not None:
+                ChunkWorkspace._reserved[key] = saved
+        check(e, out, TOL[torch.float16])
+        return out
+
+    one, waves = run(None), run(5)  # a: 3 + 1 pages, b: 2 + 2, c: 1
+    for name in one:
+        assert torch.equal(one[name][0], waves[name][0]), name
+
+
+def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
+    """The staged pages are s4kv.format.decode_blocks rotated back (x = x_rot @ R^T), in the model
+    dtype; exact pages are the exact tokens, zeros after the row's last one."""
+    from s4kv.backend.metadata import S4KVMetadata
+    from s4kv.kernels.chunk import ChunkWorkspace, stage_pages
+    from s4kv.kernels.chunk_plan import plan_chunks, to_device
+
+    dtype, hkv, d = torch.float16, 2, 128
+    g = torch.Generator().manual_seed(3)
+    n = 2 * BS + 17
+    k = (torch.randn(n, hkv, d, generator=g) * 2).to(dtype)
+    v = torch.randn(n, hkv, d, generator=g).to(dtype)
+    regions = torch.zeros(6, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    regions[[4, 1]] = fmt.encode_blocks(k[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2),
+                                        v[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2))
+    res = torch.zeros(1, 2, hkv, BS, d, dtype=dtype)
+    res[0, 0, :, :10] = k[2 * BS:2 * BS + 10].transpose(0, 1)  # 10 tokens of block 2 already there
+    res[0, 1, :, :10] = v[2 * BS:2 * BS + 10].transpose(0, 1)
+    new = slice(2 * BS + 10, n)  # this step: 7 tokens
+
+    def i32(x):
+        return torch.tensor(x, dtype=torch.int32)
+
+    md = S4KVMetadata(1, 7, 7, n, i32([0, 7]).to(DEVICE), i32([n]).to(DEVICE), i32([[4, 1, 5]]).to(DEVICE),
+                      i32([0]).to(DEVICE), i32([0, 7]), i32([n]), i32([0]))
+    (wave,) = to_device(plan_chunks(md.query_start_loc_cpu.numpy(), md.seq_lens_cpu.numpy(), 0, None), DEVICE)
+    assert wave.jobs.tolist() == [[0, 0, 0], [0, 1, 0], [0, 2, 1]]
+    kp, vp = ChunkWorkspace.get(3, hkv, d, DEVICE)
+    kp.fill_(float("nan"))
+    vp.fill_(float("nan"))
+    stage_pages(wave, k[new].to(DEVICE), v[new].to(DEVICE), res.to(DEVICE), regions.to(DEVICE), md, kp, vp)
+    kq, vq = fmt.decode_blocks(regions[[4, 1]], d, dtype)  # [2, Hkv, BS, D], rotated basis
+    want_k, want_v = fmt.unrotate(kq).transpose(1, 2), fmt.unrotate(vq).transpose(1, 2)  # [2, BS, Hkv, D]
+    for got, want in ((kp[:2].float().cpu(), want_k), (vp[:2].float().cpu(), want_v)):
+        err = ((got - want).norm() / want.norm()).item()
+        assert err < 1e-3, err  # one 16-bit rounding of each element
+    exact_k = torch.zeros(BS, hkv, d, dtype=dtype)
+    exact_k[:17] = k[2 * BS:]
+    assert torch.equal(kp[2].cpu(), exact_k)
+    exact_v = torch.zeros(BS, hkv, d, dtype=dtype)
+    exact_v[:17] = v[2 * BS:]
+    assert torch.equal(vp[2].cpu(), exact_v)
 
 
 def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
-    """s4kv.kernels.bench times the chunk kernel on synthetic inputs (random pages, shuffled block
-    table): they must be a state the kernel reads like the PyTorch backend does, or the timing
+    """s4kv.kernels.bench times chunk attention on synthetic inputs (random pages, shuffled block
+    table): they must be a state the kernels read like the PyTorch backend does, or the timing
     measures something else (out-of-range blocks, NaN scales, queries that see no key)."""
     from s4kv.backend import torch_ops
     from s4kv.kernels.bench import prefill_inputs
-    from s4kv.kernels.prefill import prefill_attention
+    from s4kv.kernels.chunk import chunk_attention
 
     dtype, d = torch.float16, 64
     q, k, v, res, regions, md, out = prefill_inputs(2 * BS + 5, 70, 4, 2, d, dtype, device=DEVICE)
-    prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out)
+    chunk_attention(q, k, v, res, regions, md, 0, d ** -0.5, out)
     ref = torch.empty_like(out)
     torch_ops.forward(q, k, v, regions, res, md, d ** -0.5, ref, store=False)
     assert torch.isfinite(out).all()

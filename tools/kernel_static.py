@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Static facts of the decode, prefill and store kernels for a GPU architecture, compiled on a machine without a GPU.
+"""Static facts of the decode, stage (chunk attention) and store kernels for a GPU architecture, compiled on a machine without a GPU.
 
-    python tools/kernel_static.py [--kernel decode,prefill,store] [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2]
+    python tools/kernel_static.py [--kernel decode,stage,store] [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2]
                                   [--dtype bf16,fp16] [--options '{"SUB": 64}' ...] [--json OUT]
                                   [--source CHECKOUT]
 
@@ -10,8 +10,7 @@ never launches; cuobjdump gives registers, spills and SASS. Per kernel variant i
 registers, spills and shared memory per program; how many programs fit on one SM (registers,
 shared memory and threads of the architecture); how many buffers the software pipeline gives
 the page's code tiles (2: the next page loads while one is computed); and the instruction mix of
-the page loop (the loop with the most tensor-core instructions; for the prefill kernel, its first
-loop: the one over quantized pages), per warp and per program. These are compile-time
+the page loop (the loop with the most tensor-core instructions), per warp and per program. These are compile-time
 facts, not timings: what they predict about speed needs the GPU (tools/gpu/tune_kernels.py).
 Run with the Triton of the GPU machine (nox -s kernels-static pins it).
 """
@@ -199,22 +198,24 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, page)
 
 
-def prefill_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
-    """Compile the chunk (prefill) kernel for one launch configuration; static facts of its loop over
-    quantized pages (the first of its two loops; the second reads exact tokens)."""
-    from s4kv.kernels import prefill
+def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the chunk path's stage kernel (int4 pages -> 16-bit scratch pages for FlashAttention)
+    for one launch configuration; loop facts of its largest loop, if any."""
+    from s4kv.kernels import chunk
+    from s4kv.kernels.chunk_plan import plan_chunks, to_device
 
-    hq, hkv, d = SHAPES[shape]
+    _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
     rows, qlen = 2, 256
     md = _metadata(rows, qlen, 1000)
     regions, res = _cache_tensors(rows, hkv, d, dt)
-    q = torch.zeros(rows * qlen, hq, d, dtype=dt)
     k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
-    kern, opts = _compiled(cc, "prefill", d, options, prefill._prefill_kernel, lambda: prefill.prefill_attention(
-        q, k, k.clone(), res, regions, md, 0, d ** -0.5, torch.zeros_like(q)))
-    bodies = [c for c in loops(_sass(kern)) if _mma(c)]
-    page = bodies[0] if bodies else collections.Counter()
+    (wave,) = to_device(plan_chunks(md.query_start_loc_cpu.numpy(), md.seq_lens_cpu.numpy(), 0, None), "cpu")
+    kp = torch.zeros(len(wave.jobs), 128, hkv, d, dtype=chunk.STAGE_DTYPE)
+    kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
+                           lambda: chunk.stage_pages(wave, k, k.clone(), res, regions, md, kp, kp.clone()))
+    bodies = loops(_sass(kern))
+    page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
     return _facts(cc, shape, dtype, opts, kern, page)
 
 
@@ -276,13 +277,13 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collectio
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="decode", help="decode, prefill, store (comma-separated)")
+    ap.add_argument("--kernel", default="decode", help="decode, stage, store (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")
     ap.add_argument("--options", action="append", default=None,
-                    help="launch options as JSON over the architecture's defaults (repeatable; prefill "
-                         "also takes block_m/block_n); default: the defaults")
+                    help="launch options as JSON over the architecture's defaults (repeatable); default: "
+                         "the defaults")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--source", help="import s4kv from this checkout (e.g. a git worktree of an older commit)")
     args = ap.parse_args(argv)
@@ -301,7 +302,7 @@ def main(argv=None) -> int:
         for shape in args.shape.split(","):
             for dtype in args.dtype.split(","):
                 for kernel, opts in ((kn, o) for kn in args.kernel.split(",") for o in variants):
-                    variant = {"decode": decode_variant, "prefill": prefill_variant, "store": store_variant}[kernel]
+                    variant = {"decode": decode_variant, "stage": stage_variant, "store": store_variant}[kernel]
                     r = {**variant(cc, shape, dtype, opts), "kernel": kernel}
                     rows.append(r)
                     lp = r["page_loop"]

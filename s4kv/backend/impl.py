@@ -49,8 +49,14 @@ class S4KVAttentionImpl(AttentionImpl):
         from vllm.config import get_current_vllm_config
 
         # One slot per schedulable request plus the scratch slot (see s4kv.residual).
-        max_num_seqs = get_current_vllm_config().scheduler_config.max_num_seqs
+        conf = get_current_vllm_config()
+        max_num_seqs = conf.scheduler_config.max_num_seqs
         self.num_slots = max_num_seqs + 1
+        # Chunk attention stages pages for one row of max_model_len plus a full chunk (s4kv.kernels.chunk_plan).
+        from s4kv.kernels.chunk_plan import scratch_pages
+
+        self.chunk_scratch_pages = scratch_pages(conf.model_config.max_model_len,
+                                                 conf.scheduler_config.max_num_batched_tokens)
         residual.slot_table(max_num_seqs)  # created here, where the engine config is known
         self.residual: torch.Tensor | None = None
 
@@ -71,8 +77,28 @@ class S4KVAttentionImpl(AttentionImpl):
         if self._ops.__name__.endswith("triton_ops"):
             from s4kv.kernels.selfcheck import check_kernels
 
+            self._reserve_chunk_scratch(device)
+
             # this GPU's compiled kernels against the reference, before anything is served
             check_kernels(self.num_heads, self.num_kv_heads, self.head_size, dtype, device)
+
+    def _reserve_chunk_scratch(self, device: torch.device) -> None:
+        """Chunk attention runs vLLM's FlashAttention over 16-bit pages staged in a scratch that holds
+        one row of max_model_len plus a full chunk (s4kv.kernels.chunk): check FlashAttention is
+        there, and reserve the scratch now so vLLM's memory profile counts it."""
+        from s4kv.kernels.chunk import ChunkWorkspace
+        from s4kv.kernels.flash import flash_attention_available
+
+        if device.type == "cuda":
+            reason = flash_attention_available(device)
+            if reason:
+                raise UnsupportedModelError(f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} runs chunk attention through vLLM's "
+                                            f"FlashAttention on CUDA: {reason}")
+        pages = self.chunk_scratch_pages
+        ChunkWorkspace.reserve(pages, self.num_kv_heads, self.head_size, device)
+        logger.info_once(f"int4_kivi chunk attention scratch: {pages} pages of 16-bit K/V, "
+                         f"{pages * ChunkWorkspace.page_bytes(self.num_kv_heads, self.head_size) / 2**20:.0f} MiB "
+                         f"(max_model_len + max_num_batched_tokens)")
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata, output: torch.Tensor,

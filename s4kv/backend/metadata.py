@@ -35,6 +35,8 @@ class S4KVMetadata:
     num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
     max_new_blocks: int = 0  # most blocks any row completes in this step
     decode_splits: int = 1  # KV splits per decode row and kv head
+    # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
+    chunk_waves: tuple | None = None
 
 
 def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decode: bool = False) -> S4KVMetadata:

@@ -2,7 +2,9 @@
 
 * ``store``: quantize completed blocks into pages; write incomplete tails into residual slots.
 * ``decode``: split-KV decode attention over pages + exact tail, and the split reduction.
-* ``prefill``: attention of query chunks (prefill, chunked prefill, prefix-cache extends).
+* ``chunk``: attention of query chunks (prefill, chunked prefill, prefix-cache extends): the pages a
+  chunk reads are staged in 16 bits (``chunk_plan`` says which), then vLLM's FlashAttention
+  (``flash``) runs over them.
 * ``quant``: scalar helpers mirroring ``s4kv.format``.
 """
 
@@ -35,11 +37,7 @@ def dot_dtype(dtype: torch.dtype):
 
 # Launch options per (kernel, head_size): num_warps/num_stages and kernel tile constexprs (decode's
 # SUB), measured with tools/gpu/tune_kernels.py on the H200; anything absent uses the defaults.
-LAUNCH: dict[tuple[str, int], dict] = {
-    # Triton 3.6 miscompiles the head_dim-64 chunk kernel with 4 or 8 warps on sm90 (NaN and illegal
-    # addresses: its [64, 32] tiles take the wgmma path); 2 warps are correct (tools/gpu/diag-d64.sh).
-    ("prefill", 64): {"num_warps": 2},
-}
+LAUNCH: dict[tuple[str, int], dict] = {}
 
 
 def _load_overrides() -> None:
@@ -56,14 +54,11 @@ _load_overrides()
 
 
 # GPUs whose blocks get less shared memory than this (sm86/sm89: A10G, L4, L40S have ~99 KiB; A100
-# 163 KiB, H100/H200 227 KiB) start from SMALL_SHARED_LAUNCH: the head_dim-128 chunk kernel's general
-# tiles (64 queries, 3 pipeline stages) need 144 KiB and cannot launch there; 32-query tiles with
-# 2 stages need 80 KiB and spill nothing (tools/kernel_static.py, Triton 3.6:
-# docs/results/kernel-static-prefill-2026-12-01/). Entries of LAUNCH (tuned on the machine) win.
+# 163 KiB, H100/H200 227 KiB) start from SMALL_SHARED_LAUNCH where a kernel's general launch does
+# not fit them (tools/kernel_static.py compiles every kernel for each and tests/test_kernel_launch_fit.py
+# fails on one that does not fit). Entries of LAUNCH (tuned on the machine) win.
 SMALL_SHARED_MEMORY = 160 * 1024
-SMALL_SHARED_LAUNCH: dict[tuple[str, int], dict] = {
-    ("prefill", 128): {"block_m": 32, "num_stages": 2},
-}
+SMALL_SHARED_LAUNCH: dict[tuple[str, int], dict] = {}
 
 
 @functools.cache

@@ -8,8 +8,9 @@ For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7
 reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
 block, the exact tail, queries) over the time, next to a device-to-device copy measured in the
 same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
-flash-attn is importable. With --prefill-contexts, also the chunk (prefill) kernel: one chunk of
-queries after a cached context, attention TFLOP/s, next to bf16 FlashAttention.
+flash-attn is importable. With --prefill-contexts, also chunk (prefill) attention: one chunk of
+queries after a cached context (the stage kernel + FlashAttention over the staged pages), attention
+TFLOP/s, next to bf16 FlashAttention on a bf16 cache of the same shape.
 """
 
 from __future__ import annotations
@@ -152,30 +153,44 @@ def prefill_inputs(context: int, chunk: int, hq: int, hkv: int, d: int, dtype, d
     return q, k, v, res, regions, md, out
 
 
-def time_prefill(inputs, d: int) -> float:
-    """Median ms of the chunk kernel on prefill_inputs(...), host-side tiling included (prefill is
-    not graph-captured)."""
+def time_prefill(inputs, d: int) -> dict:
+    """Chunk attention on prefill_inputs(...): median ms of one layer (stage + FlashAttention; the
+    step's plan is made once for all layers and kept, as in serving), of the stage kernel alone, and
+    the host time of planning the step (us)."""
+    import time
+
     import triton.testing
 
-    from s4kv.kernels.prefill import prefill_attention
+    from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, chunk_plan, stage_pages
 
     q, k, v, res, regions, md, out = inputs
-    return triton.testing.do_bench(lambda: prefill_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
-                                   warmup=10, rep=100, return_mode="median")
+    hkv = k.shape[1]
+    t0 = time.perf_counter()
+    for _ in range(20):
+        md.chunk_waves = None
+        chunk_plan(md, 0, hkv, d, k.device)
+    plan_us = (time.perf_counter() - t0) / 20 * 1e6
+    ms = triton.testing.do_bench(lambda: chunk_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
+                                 warmup=10, rep=100, return_mode="median")
+    (wave,) = chunk_plan(md, 0, hkv, d, k.device)
+    kp, vp = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
+    stage_ms = triton.testing.do_bench(lambda: stage_pages(wave, k, v, res, regions, md, kp, vp),
+                                       warmup=10, rep=100, return_mode="median")
+    return {"ms": ms, "stage_ms": stage_ms, "plan_us": plan_us}
 
 
 def bench_prefill_case(context: int, chunk: int, hq: int = 28, hkv: int = 4, d: int = 128,
                        dtype=torch.bfloat16) -> dict:
     """One layer's chunk attention: `chunk` new queries of one request after `context` cached tokens
     (complete blocks, quantized), as chunked prefill runs it. Next to bf16 FlashAttention on the
-    same shape."""
+    same shape (vLLM's paged cache of 16-token blocks)."""
     inputs = prefill_inputs(context, chunk, hq, hkv, d, dtype)
     total = int(inputs[5].seq_lens_cpu[0])
     context = total - chunk
-    ms = time_prefill(inputs, d)
+    t = time_prefill(inputs, d)
     flops = 4 * chunk * (context + (chunk + 1) / 2) * d * hq  # QK and PV over the causal keys
-    row = {"kind": "prefill", "context": context, "chunk": chunk, "hq": hq, "hkv": hkv, "d": d, "ms": ms,
-           "tflops": flops / (ms * 1e-3) / 1e12}
+    row = {"kind": "prefill", "context": context, "chunk": chunk, "hq": hq, "hkv": hkv, "d": d, **t,
+           "tflops": flops / (t["ms"] * 1e-3) / 1e12}
     fa = _flash_ms(1, chunk, total, hq, hkv, d, dtype, graph=False)
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
@@ -205,12 +220,14 @@ def main(argv=None) -> int:
         print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
               f"{r['fraction_of_copy']:8.1%} {fa}", flush=True)
     if args.prefill_contexts:
-        print(f"{'context':>8} {'chunk':>6} {'us':>9} {'TFLOP/s':>8} {'FA bf16 us':>11} {'FA / ours':>9}")
+        print(f"{'context':>8} {'chunk':>6} {'us':>9} {'stage us':>9} {'plan us':>8} {'TFLOP/s':>8} "
+              f"{'FA bf16 us':>11} {'FA / ours':>9}")
     for ctx in (int(c) for c in args.prefill_contexts.split(",") if c):
         r = bench_prefill_case(ctx, args.chunk)
         rows.append(r)
         fa = r.get("flash_attn_bf16_ms")
-        print(f"{r['context']:8d} {r['chunk']:6d} {r['ms'] * 1e3:9.1f} {r['tflops']:8.1f} "
+        print(f"{r['context']:8d} {r['chunk']:6d} {r['ms'] * 1e3:9.1f} {r['stage_ms'] * 1e3:9.1f} "
+              f"{r['plan_us']:8.0f} {r['tflops']:8.1f} "
               + (f"{fa * 1e3:11.1f} {fa / r['ms']:9.2f}" if fa else f"{'n/a':>11} {'':>9}"), flush=True)
     if args.json:
         with open(args.json, "w") as f:

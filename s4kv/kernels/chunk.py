@@ -1,0 +1,222 @@
+"""Chunk attention (prefill, chunked prefill, prefix-cache extends): stage, then FlashAttention.
+
+Prefill is compute-bound, so instead of a fused int4 attention kernel the chunk rows of a step go
+through two launches per wave (s4kv.kernels.chunk_plan):
+
+1. the stage kernel fills a 16-bit scratch ([pages, BS, Hkv, D], the layout FlashAttention pages
+   take): each complete block a row reads is unpacked from its int4 page and rotated back into
+   the original basis, and each block that holds queries of this step gets its exact tokens
+   (residual slot + this step's K/V) on a page of its own;
+2. vLLM's FlashAttention runs over those pages, one causal sequence per query group, so the
+   position rule holds exactly (see chunk_plan).
+
+Unpacking costs about D / (2 * chunk * group) of the attention's FLOPs (under 1% for a chunk of
+2,048 tokens with 7 query heads per kv head) and one write + read of the staged pages; the
+attention is FlashAttention's own.
+
+The staged pages and the FlashAttention call are fp16 for fp16 and bf16 models alike
+(STAGE_DTYPE). A dequantized key rounded to bf16 moves each score by ~2^-9 of |q||k|: with bf16
+staging the chunk steps of the startup self-check differed from the reference by up to 9.8e-3
+(relative L2, bf16 model, fp32 attention under Triton's interpreter), at the check's 1e-2 limit
+before FlashAttention's own rounding; with fp16 staging 1.7-2.2e-3, the same as the decode
+kernel's (most of it the bf16 output's rounding). Page values lie in the fp16 range by the
+format's saturation; bf16 queries and exact tokens convert exactly when their magnitude is within
+it (6.1e-5..65504) and saturate at +-65504 like the pages do, with NaN kept as NaN.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import triton
+import triton.language as tl
+
+from s4kv import format as fmt
+from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels.chunk_plan import plan_chunks, to_device
+from s4kv.kernels.flash import varlen_paged_attention
+from s4kv.kernels.quant import rotate_halves
+
+STAGE_DTYPE = torch.float16
+FP16_MAX = fmt.FP16_MAX
+
+
+@triton.jit
+def _saturate16(x):
+    """Clamp to the finite fp16 range; NaN stays NaN (comparisons with NaN are false)."""
+    return tl.where(x > 65504.0, 65504.0, tl.where(x < -65504.0, -65504.0, x))
+
+
+@triton.jit
+def _stage_kernel(
+    jobs_ptr,  # [pages, 3] int32: (row, block, kind)
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
+    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
+    cache_ptr, stride_cb, stride_ch,  # int4 pages, uint8
+    qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
+    kp_ptr, vp_ptr, stride_pp, stride_pt, stride_ph,  # scratch pages [P, BS, Hkv, D], model dtype
+    rot_ptr,
+    BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
+    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
+):
+    page = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.load(jobs_ptr + page * 3)
+    b = tl.load(jobs_ptr + page * 3 + 1)
+    kind = tl.load(jobs_ptr + page * 3 + 2)
+    t = tl.arange(0, BS)
+    c = tl.arange(0, HALF)
+    dst = page.to(tl.int64) * stride_pp + t[:, None] * stride_pt + h * stride_ph + c[None, :]
+    odt = kp_ptr.dtype.element_ty
+    if kind == 0:  # a complete block: unpack, dequantize, rotate back (x = x_rot @ R^T)
+        block_id = tl.load(block_table_ptr + row * stride_bt + b).to(tl.int64)
+        region = cache_ptr + block_id * stride_cb + h * stride_ch
+        ks = (region + K_SCALE).to(tl.pointer_type(tl.float16))
+        km = (region + K_MIN).to(tl.pointer_type(tl.float16))
+        fk = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
+        kc = tl.load(region + t[:, None] * HALF + c[None, :])  # token-major
+        first = t[:, None] == 0  # the block's first key is stored exact
+        k_lo = (kc & 0xF).to(tl.float32) * tl.load(ks + c).to(tl.float32)[None, :] \
+            + tl.load(km + c).to(tl.float32)[None, :]
+        k_hi = (kc >> 4).to(tl.float32) * tl.load(ks + HALF + c).to(tl.float32)[None, :] \
+            + tl.load(km + HALF + c).to(tl.float32)[None, :]
+        # the exact first key was stored before saturation (bf16 models): saturate it for the fp16 operands
+        k_lo = tl.where(first, _saturate16(tl.load(fk + c).to(tl.float32))[None, :], k_lo)
+        k_hi = tl.where(first, _saturate16(tl.load(fk + HALF + c).to(tl.float32))[None, :], k_hi)
+        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        tl.store(kp_ptr + dst, _saturate16(k_lo).to(odt))
+        tl.store(kp_ptr + dst + HALF, _saturate16(k_hi).to(odt))
+        vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
+        # (code - 7.5) is exact in 16 bits and so is its product with +-1: the only rounding before the
+        # per-token scale is fp32 accumulation
+        v_lo, v_hi = rotate_halves((vc & 0xF).to(tl.float32) - 7.5, (vc >> 4).to(tl.float32) - 7.5,
+                                   rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
+        tl.store(vp_ptr + dst, _saturate16(v_lo * vs).to(odt))
+        tl.store(vp_ptr + dst + HALF, _saturate16(v_hi * vs).to(odt))
+    else:  # a block holding queries: its exact tokens (residual slot, then this step's), zeros after
+        q_start = tl.load(qsl_ptr + row)
+        seq_len = tl.load(seq_lens_ptr + row)
+        ctx = seq_len - (tl.load(qsl_ptr + row + 1) - q_start)
+        slot = tl.load(slots_ptr + row)
+        pos = b * BS + t
+        from_res = (pos < ctx)[:, None]
+        from_new = ((pos >= ctx) & (pos < seq_len))[:, None]
+        # the residual slot holds block ctx // BS, the only block a chunk row can find partly there
+        r = res_ptr + slot * stride_rs + h * stride_rh + (pos - ctx // BS * BS)[:, None] * stride_rt + c[None, :]
+        tok = (q_start + pos - ctx)[:, None]
+        nk = k_ptr + tok * stride_kt + h * stride_kh + c[None, :]
+        nv = v_ptr + tok * stride_vt + h * stride_vh + c[None, :]
+        for part in tl.static_range(2):
+            off = part * HALF
+            kx = tl.load(r + off, mask=from_res, other=0.0) + tl.load(nk + off, mask=from_new, other=0.0)
+            vx = tl.load(r + stride_rkv + off, mask=from_res, other=0.0) + \
+                tl.load(nv + off, mask=from_new, other=0.0)
+            tl.store(kp_ptr + dst + off, _saturate16(kx.to(tl.float32)).to(odt))
+            tl.store(vp_ptr + dst + off, _saturate16(vx.to(tl.float32)).to(odt))
+
+
+class ChunkWorkspace:
+    """The 16-bit scratch pages, one pair (K, V) per device, dtype and layer shape, shared by all
+    layers (they run one after the other). An engine reserves it while the model loads, so vLLM's
+    memory profiling counts it; the planner then cuts steps into waves that fit. Outside an engine
+    (tests, benchmarks) it grows on demand."""
+
+    _buffers: ClassVar[dict] = {}
+    _reserved: ClassVar[dict] = {}  # key -> reserved pages
+
+    @staticmethod
+    def _key(num_kv_heads: int, head_size: int, device) -> tuple:
+        return (str(torch.device(device)), num_kv_heads, head_size)
+
+    @staticmethod
+    def page_bytes(num_kv_heads: int, head_size: int) -> int:
+        """Bytes of one scratch page (K and V)."""
+        return 2 * fmt.BLOCK_SIZE * num_kv_heads * head_size * STAGE_DTYPE.itemsize
+
+    @classmethod
+    def reserve(cls, pages: int, num_kv_heads: int, head_size: int, device) -> None:
+        key = cls._key(num_kv_heads, head_size, device)
+        cls._reserved[key] = max(pages, cls._reserved.get(key, 0))
+        cls._ensure(key, cls._reserved[key], num_kv_heads, head_size, device)
+
+    @classmethod
+    def capacity(cls, num_kv_heads: int, head_size: int, device) -> int | None:
+        """Reserved pages (None: not reserved, grows as needed)."""
+        return cls._reserved.get(cls._key(num_kv_heads, head_size, device))
+
+    @classmethod
+    def get(cls, pages: int, num_kv_heads: int, head_size: int, device):
+        """(K pages, V pages) [>= pages, BS, Hkv, D] in STAGE_DTYPE."""
+        key = cls._key(num_kv_heads, head_size, device)
+        reserved = cls._reserved.get(key)
+        if reserved is not None and pages > reserved:
+            raise RuntimeError(f"int4_kivi chunk scratch: {pages} pages asked, {reserved} reserved")
+        cls._ensure(key, pages, num_kv_heads, head_size, device)
+        return cls._buffers[key]
+
+    @classmethod
+    def _ensure(cls, key, pages, num_kv_heads, head_size, device) -> None:
+        have = cls._buffers.get(key)
+        if have is None or have[0].shape[0] < pages:
+            shape = (pages, fmt.BLOCK_SIZE, num_kv_heads, head_size)
+            cls._buffers[key] = (torch.empty(shape, dtype=STAGE_DTYPE, device=device),
+                                 torch.empty(shape, dtype=STAGE_DTYPE, device=device))
+
+
+def stage_pages(wave, k, v, res, regions, md, k_pages, v_pages) -> None:
+    """Fill scratch pages 0..len(wave.jobs)-1 of every kv head (the stage kernel, one launch)."""
+    d, hkv = k.shape[2], k.shape[1]
+    lay = fmt.PageLayout(d)
+    _stage_kernel[(len(wave.jobs), hkv)](
+        wave.device["jobs"],
+        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
+        regions, regions.stride(0), regions.stride(1),
+        md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
+        k_pages, v_pages, k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+        rotation_operand(d, STAGE_DTYPE, k.device),
+        BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
+        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
+        **launch_options("stage", d, k.device),
+    )
+
+
+def chunk_plan(md, first_row: int, num_kv_heads: int, head_size: int, device) -> list:
+    """The step's waves, planned once and kept on the metadata (every layer of the step reads the
+    same lengths)."""
+    plan = getattr(md, "chunk_waves", None)
+    if plan is None or plan[0] != first_row:
+        n = md.num_reqs
+        capacity = ChunkWorkspace.capacity(num_kv_heads, head_size, device)
+        waves = plan_chunks(md.query_start_loc_cpu[:n + 1].numpy(), md.seq_lens_cpu[:n].numpy(), first_row,
+                            capacity)
+        plan = (first_row, to_device(waves, device))
+        md.chunk_waves = plan
+    return plan[1]
+
+
+def to_stage_dtype(x: torch.Tensor) -> torch.Tensor:
+    """x in STAGE_DTYPE, saturated at the fp16 range (NaN kept); x itself if it already is."""
+    if x.dtype == STAGE_DTYPE:
+        return x
+    return x.to(STAGE_DTYPE).clamp_(-FP16_MAX, FP16_MAX)
+
+
+def chunk_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float, out: torch.Tensor) -> None:
+    """out for the rows first_row.. (any query lengths); q, k, v exact (model dtype). Needs this
+    step's completed blocks already stored (store_blocks) and the tails not yet appended."""
+    if first_row >= md.num_reqs:
+        return
+    hkv, d = k.shape[1], k.shape[2]
+    for wave in chunk_plan(md, first_row, hkv, d, k.device):
+        k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
+        stage_pages(wave, k, v, res, regions, md, k_pages, v_pages)
+        dev = wave.device
+        varlen_paged_attention(to_stage_dtype(q[wave.tok0:wave.tok1]), k_pages, v_pages, dev["cu_seqlens_q"],
+                               wave.max_seqlen_q, dev["seqused_k"], wave.max_seqlen_k, dev["block_table"], sm_scale,
+                               out[wave.tok0:wave.tok1],
+                               host=(wave.cu_seqlens_q, wave.seqused_k, wave.block_table))

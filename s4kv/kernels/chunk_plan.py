@@ -1,0 +1,135 @@
+"""Host-side plan of chunk attention (prefill, chunked prefill, prefix-cache extends): which pages
+each chunk row needs in the 16-bit scratch, and the FlashAttention call that reads them.
+
+The position rule of ``s4kv.format`` says a query at position p reads positions below
+B(p) = floor((p + 1) / BS) * BS from pages and B(p)..p exact. Queries with the same
+g = floor((p + 1) / BS) see the same thing: pages 0..g-1 quantized, then exact tokens of block g
+up to themselves. So the queries of a row are cut into *groups* by g (positions g*BS - 1 ..
+g*BS + BS - 2: the last token of a block already sees its own block quantized), and every group
+becomes one sequence of a paged, causal FlashAttention call whose key pages are
+
+    [ page 0 dequantized, ..., page g-1 dequantized, block g exact ]
+
+with the causal mask aligned at the bottom right (FlashAttention's convention), so query p sees
+keys 0..p of that list: exactly the position rule. The dequantized pages are shared by all
+groups of a row (the block table lists them again), so each page is unpacked once per row and
+layer, in the original basis, and the attention is vLLM's own FlashAttention.
+
+A plan is a list of waves: a wave is as many consecutive chunk rows as the scratch holds (an
+engine reserves enough for one row of max_model_len plus a full chunk, so a wave has at least
+one row). Everything here depends on lengths only, so one plan serves every layer of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from s4kv import format as fmt
+
+# What a scratch page is filled with (the stage kernel's `kind`).
+PAGE = 0  # a complete block, dequantized from its int4 page (original basis)
+EXACT = 1  # a block's exact tokens from the residual slot and this step's K/V (zeros after them)
+
+
+def scratch_pages(max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Scratch pages that hold any single chunk row: every complete block of a max_model_len
+    sequence, and one exact block per group of a chunk of max_num_batched_tokens (+2: a chunk
+    that starts and ends inside blocks touches two more)."""
+    bs = fmt.BLOCK_SIZE
+    return -(-max_model_len // bs) + -(-max_num_batched_tokens // bs) + 2
+
+
+@dataclass
+class Wave:
+    """One FlashAttention call over the queries q[tok0:tok1] and the scratch pages 0..len(jobs)-1."""
+
+    tok0: int
+    tok1: int
+    jobs: np.ndarray  # [pages, 3] int32: (batch row, block index in the row, PAGE | EXACT); page i <- jobs[i]
+    cu_seqlens_q: np.ndarray  # [groups + 1] int32, relative to tok0
+    seqused_k: np.ndarray  # [groups] int32: keys of each group (its last query's position + 1)
+    block_table: np.ndarray  # [groups, width] int32: scratch pages of each group, in key order
+    device: dict = field(default_factory=dict)  # the arrays above as device tensors (to_device)
+
+    @property
+    def max_seqlen_q(self) -> int:
+        return int(np.diff(self.cu_seqlens_q).max())
+
+    @property
+    def max_seqlen_k(self) -> int:
+        return int(self.seqused_k.max())
+
+
+def _row_groups(ctx: int, seq_len: int):
+    """(first position, last position, g) of every non-empty group of a row's queries ctx..seq_len-1."""
+    bs = fmt.BLOCK_SIZE
+    for g in range((ctx + 1) // bs, seq_len // bs + 1):
+        p0, p1 = max(ctx, g * bs - 1), min(seq_len - 1, g * bs + bs - 2)
+        if p0 <= p1:
+            yield p0, p1, g
+
+
+def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: int,
+                capacity: int | None) -> list[Wave]:
+    """Waves for the batch rows first_row.. (host copies of the metadata; rows with no query are
+    skipped). `capacity`: scratch pages a wave may use (None: no limit, one wave)."""
+    bs = fmt.BLOCK_SIZE
+    waves: list[Wave] = []
+    cur: dict | None = None
+
+    def close():
+        if cur and cur["groups"]:
+            width = max(len(p) for p in cur["groups"])
+            table = np.zeros((len(cur["groups"]), width), dtype=np.int32)
+            for i, pages in enumerate(cur["groups"]):
+                table[i, :len(pages)] = pages
+            waves.append(Wave(cur["tok0"], cur["tok1"], np.asarray(cur["jobs"], dtype=np.int32).reshape(-1, 3),
+                              np.asarray(cur["cu"], dtype=np.int32), np.asarray(cur["used"], dtype=np.int32),
+                              table))
+
+    for r in range(first_row, len(seq_lens)):
+        q0, q1 = int(query_start_loc[r]), int(query_start_loc[r + 1])
+        seq_len = int(seq_lens[r])
+        qlen = q1 - q0
+        if qlen <= 0:
+            continue
+        ctx = seq_len - qlen
+        groups = list(_row_groups(ctx, seq_len))
+        n_full = seq_len // bs
+        exact = [g for p0, p1, g in groups if p1 >= g * bs]
+        need = n_full + len(exact)
+        if capacity is not None and need > capacity:
+            raise RuntimeError(f"int4_kivi chunk attention: a row of {seq_len} tokens ({qlen} new) needs {need} "
+                               f"scratch pages, {capacity} reserved")
+        if cur is None or (capacity is not None and len(cur["jobs"]) + need > capacity):
+            close()
+            cur = {"tok0": q0, "tok1": q0, "jobs": [], "cu": [0], "used": [], "groups": []}
+        base = len(cur["jobs"])
+        cur["jobs"] += [(r, b, PAGE) for b in range(n_full)]
+        exact_page = {g: base + n_full + i for i, g in enumerate(exact)}
+        cur["jobs"] += [(r, g, EXACT) for g in exact]
+        for p0, p1, g in groups:
+            cur["groups"].append(list(range(base, base + g)) + ([exact_page[g]] if g in exact_page else []))
+            cur["cu"].append(cur["cu"][-1] + p1 - p0 + 1)
+            cur["used"].append(p1 + 1)
+        cur["tok1"] = q1
+    close()
+    return waves
+
+
+def to_device(waves: list[Wave], device) -> list[Wave]:
+    """Upload every wave's arrays in one host-to-device copy (views into one int32 buffer)."""
+    if not waves:
+        return waves
+    parts = [a for w in waves for a in (w.jobs, w.cu_seqlens_q, w.seqused_k, w.block_table)]
+    flat = torch.from_numpy(np.concatenate([a.ravel() for a in parts])).to(device, non_blocking=True)
+    off = 0
+    for w in waves:
+        for name in ("jobs", "cu_seqlens_q", "seqused_k", "block_table"):
+            a = getattr(w, name)
+            w.device[name] = flat[off:off + a.size].view(a.shape)
+            off += a.size
+    return waves
