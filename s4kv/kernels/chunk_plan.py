@@ -53,14 +53,13 @@ class Wave:
     seqused_k: np.ndarray  # [groups] int32: keys of each group (its last query's position + 1)
     block_table: np.ndarray  # [groups, width] int32: scratch pages of each group, in key order
     device: dict = field(default_factory=dict)  # the arrays above as device tensors (to_device)
+    # FlashAttention's launch bounds, computed once here: every layer of the step reads them
+    max_seqlen_q: int = field(init=False)
+    max_seqlen_k: int = field(init=False)
 
-    @property
-    def max_seqlen_q(self) -> int:
-        return int(np.diff(self.cu_seqlens_q).max())
-
-    @property
-    def max_seqlen_k(self) -> int:
-        return int(self.seqused_k.max())
+    def __post_init__(self):
+        self.max_seqlen_q = int(np.diff(self.cu_seqlens_q).max())
+        self.max_seqlen_k = int(self.seqused_k.max())
 
 
 def _row_groups(ctx: int, seq_len: int):
