@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 COMMANDS = {
-    "validate": "can int4_kivi serve this model? exit 0 yes, 1 no (with the reasons)",
+    "validate": "can int4_kivi serve this model? exit 0 yes, 1 no (with the reasons), 75 hub unreachable",
     "bench": "KV-cache dtypes side by side: capacity, speed, quality",
 }
 

@@ -211,10 +211,17 @@ def validate_model(model: str, dtype: str = "auto", platform: str | None = None,
     return m
 
 
+EXIT_SUPPORTED, EXIT_REFUSED, EXIT_TEMPFAIL = 0, 1, 75  # 75: EX_TEMPFAIL (sysexits.h), "try again"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``s4kv validate MODEL``: can int4_kivi serve this model? Exit 0 yes, 1 no (reasons printed)."""
+    """``s4kv validate MODEL``: can int4_kivi serve this model? Exit 0 yes; 1 no, or no config at
+    that name (one line with the reason); 75 the Hugging Face Hub could not be asked now (HTTP 429
+    or 5xx, no connection): try again later."""
     import argparse
     import json
+
+    from s4kv.hub import ConfigNotFound, HubUnavailable, ensure_config
 
     ap = argparse.ArgumentParser(prog="s4kv validate", description=main.__doc__)
     ap.add_argument("model", help="local path or Hugging Face model id (config only is read)")
@@ -224,13 +231,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trust-remote-code", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+
+    def answer(code: int, label: str, reason: str) -> int:
+        out = {"model": args.model, "supported": False, "reason": reason, "retry": code == EXIT_TEMPFAIL}
+        print(json.dumps(out) if args.json else f"{label}: {reason}")
+        return code
+
+    try:
+        ensure_config(args.model)
+    except HubUnavailable as e:
+        return answer(EXIT_TEMPFAIL, "CANNOT CHECK NOW", str(e))
+    except ConfigNotFound as e:
+        return answer(EXIT_REFUSED, "NO CONFIG", str(e))
     try:
         facts = validate_model(args.model, dtype=args.dtype, platform=args.platform,
                                trust_remote_code=args.trust_remote_code)
     except UnsupportedModelError as e:
-        out = {"model": args.model, "supported": False, "reason": str(e)}
-        print(json.dumps(out) if args.json else f"NOT SUPPORTED: {e}")
-        return 1
+        return answer(EXIT_REFUSED, "NOT SUPPORTED", str(e))
+    except ValueError as e:  # vLLM's own config errors (pydantic): the first line says what
+        return answer(EXIT_REFUSED, "INVALID CONFIG", _first_line(e))
     out = {"model": args.model, "supported": True, "head_dim": facts.head_size, "dtype": facts.dtype,
            "architectures": facts.architectures,
            "bytes_per_token_per_kv_head": fmt.bytes_per_token_per_head(facts.head_size),
@@ -241,4 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"supported: {args.model} ({', '.join(facts.architectures) or facts.model_type}, "
               f"head_dim {facts.head_size}, {facts.dtype}): {out['bytes_per_token_per_kv_head']} B per token "
               f"per kv head, {out['density_vs_16bit']}x the tokens of a 16-bit cache")
-    return 0
+    return EXIT_SUPPORTED
+
+
+def _first_line(e: Exception) -> str:
+    """The message of a config error in one line (pydantic's ValidationError: its first error's)."""
+    errors = getattr(e, "errors", None)
+    msg = str(errors()[0].get("msg", e)) if callable(errors) and errors() else str(e)
+    return " ".join(msg.split("\n")[0].split())
