@@ -25,9 +25,31 @@ def main(argv: list[str] | None = None) -> int:
         from s4kv.validation import main as validate_main
 
         return validate_main(argv[1:])
+    missing = missing_modules(BENCH_EXTRA)
+    if missing:
+        print(f"s4kv bench needs its optional dependencies: pip install 's4kv[bench]' "
+              f"(missing: {', '.join(missing)})", file=sys.stderr)
+        return 1
     from s4kv.bench.cli import main as bench_main
 
     return bench_main(argv[1:])
+
+
+# The modules of pyproject.toml's `bench` extra (tests/test_cli.py keeps the two in step).
+BENCH_EXTRA = ("matplotlib", "tqdm")
+
+
+def missing_modules(names) -> list[str]:
+    """The modules among `names` that cannot be imported here."""
+    import importlib
+
+    missing = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
 
 
 if __name__ == "__main__":

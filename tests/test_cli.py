@@ -1,0 +1,36 @@
+"""The `s4kv` console script from a plain install: a subcommand whose optional dependencies are
+missing says which extra to install instead of a traceback."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from s4kv import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_bench_without_its_extra_names_the_extra():
+    # matplotlib made unimportable in that process, as after `pip install s4kv` without [bench]
+    r = _run("import sys; sys.modules['matplotlib'] = None\n"
+             "from s4kv.cli import main; sys.exit(main(['bench', '--help']))")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.strip() == "s4kv bench needs its optional dependencies: pip install 's4kv[bench]' " \
+                               "(missing: matplotlib)"
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_help_with_its_extra():
+    r = _run("import sys; from s4kv.cli import main; sys.exit(main(['bench', '--help']))")
+    assert r.returncode == 0 and "capacity" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_bench_extra_is_the_one_pyproject_declares():
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["bench"]
+    assert tuple(extra) == cli.BENCH_EXTRA
