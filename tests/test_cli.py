@@ -3,8 +3,9 @@ missing says which extra to install instead of a traceback."""
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from s4kv import cli
 
