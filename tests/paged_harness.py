@@ -4,7 +4,7 @@ residual slots, and requests scheduled in chunks, checked against s4kv.reference
 import torch
 
 from s4kv import format as fmt
-from s4kv.backend.metadata import S4KVMetadata, plan_launch
+from s4kv.kernels.batch import S4KVMetadata, plan_launch
 from s4kv.reference import kivi_attention
 
 BS = fmt.BLOCK_SIZE

@@ -17,7 +17,7 @@ from paged_harness import Engine, check
 
 from s4kv import format as fmt
 from s4kv.backend import triton_ops
-from s4kv.kernels.selfcheck import TOLERANCE
+from s4kv.backend.selfcheck import TOLERANCE
 from s4kv.kernels.store import store_blocks
 from s4kv.reference import kivi_attention
 
@@ -39,7 +39,7 @@ def _engine(hq, hkv, d, dtype, **kw):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("d", [64, 128])
 def test_store_matches_format(dtype, d):
-    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
     g = torch.Generator().manual_seed(0)
     hkv, n = 2, 2 * BS + 5
@@ -206,7 +206,7 @@ def test_chunk_attention_in_waves_equals_one_wave():
 def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
     """The staged pages are s4kv.format.decode_blocks rotated back (x = x_rot @ R^T), in the model
     dtype; exact pages are the exact tokens, zeros after the row's last one."""
-    from s4kv.backend.metadata import S4KVMetadata
+    from s4kv.kernels.batch import S4KVMetadata
     from s4kv.kernels.chunk import ChunkWorkspace, stage_pages
     from s4kv.kernels.chunk_plan import plan_chunks, to_device
 
@@ -270,7 +270,7 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 def test_decode_step_replays_in_a_cuda_graph():
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers."""
-    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
     hq, hkv, d, dtype = 28, 4, 128, torch.bfloat16
     e = _engine(hq, hkv, d, dtype, num_blocks=64)
@@ -332,10 +332,9 @@ def test_decode_step_replays_in_a_cuda_graph():
 
 
 def test_startup_self_check_passes_and_refuses_a_wrong_kernel(monkeypatch):
-    """The check the backend runs before serving (s4kv.kernels.selfcheck): the kernels pass it, and
+    """The check the backend runs before serving (s4kv.backend.selfcheck): the kernels pass it, and
     a decode kernel that computes something else stops the engine with the reason."""
-    from s4kv.backend import triton_ops
-    from s4kv.kernels import selfcheck
+    from s4kv.backend import selfcheck, triton_ops
 
     selfcheck.check_kernels(8, 2, 64, torch.float16, torch.device(DEVICE))
     real = triton_ops.decode_attention

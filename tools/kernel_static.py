@@ -144,7 +144,7 @@ def device_defaults(cc: int, kernel: str, head_size: int) -> dict:
 
 def _metadata(rows: int, qlen: int, seq_len: int):
     """Metadata of `rows` requests, each `qlen` new tokens ending at `seq_len` (slots 0..rows-1)."""
-    from s4kv.backend.metadata import S4KVMetadata
+    from s4kv.kernels.batch import S4KVMetadata
 
     i32 = lambda x: torch.tensor(x, dtype=torch.int32)
     qsl = i32([i * qlen for i in range(rows + 1)])
@@ -181,8 +181,8 @@ def _cache_tensors(rows: int, hkv: int, d: int, dt):
 
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
-    from s4kv.backend.metadata import plan_launch
     from s4kv.kernels import decode
+    from s4kv.kernels.batch import plan_launch
 
     hq, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]

@@ -10,6 +10,7 @@ from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
 from s4kv import format as fmt
 from s4kv import residual
+from s4kv.kernels import num_sms
 from s4kv.validation import UnsupportedModelError
 
 logger = init_logger(__name__)
@@ -75,7 +76,7 @@ class S4KVAttentionImpl(AttentionImpl):
             DecodeWorkspace.reserve(self.num_slots - 1, self.num_heads, self.head_size, self.num_kv_heads,
                                     num_sms(device), device)
         if self._ops.__name__.endswith("triton_ops"):
-            from s4kv.kernels.selfcheck import check_kernels
+            from s4kv.backend.selfcheck import check_kernels
 
             self._reserve_chunk_scratch(device)
 
@@ -130,12 +131,6 @@ def _select_ops(device: torch.device):
     from s4kv.backend import torch_ops
 
     return torch_ops
-
-
-def num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 1
 
 
 def _current_device() -> torch.device:

@@ -1,64 +1,21 @@
-"""Per-batch metadata of the int4_kivi backend and its builder (shared by every layer of a step)."""
+"""The int4_kivi backend's metadata builder: vLLM's per-step metadata into the kernels' batch
+(s4kv.kernels.batch.S4KVMetadata, shared by every layer of a step), with each row's residual slot."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from s4kv import format as fmt
 from s4kv import residual
+from s4kv.kernels import num_sms
+from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
 try:  # vLLM is only needed when the backend is used inside an engine.
     from vllm.v1.attention.backend import AttentionCGSupport, AttentionMetadataBuilder
 except ImportError:  # pragma: no cover - s4kv's pure parts import without vLLM
     AttentionMetadataBuilder = object  # type: ignore[assignment,misc]
     AttentionCGSupport = None  # type: ignore[assignment]
-
-
-@dataclass
-class S4KVMetadata:
-    num_reqs: int
-    num_actual_tokens: int
-    max_query_len: int
-    max_seq_len: int
-    query_start_loc: torch.Tensor  # [num_reqs + 1] int32, device
-    seq_lens: torch.Tensor  # [num_reqs] int32, device: context length after this step
-    block_table: torch.Tensor  # [num_reqs, max_blocks] int32, device
-    slots: torch.Tensor  # [num_reqs] int32, device: residual slot of each row
-    # Host copies, exact for everything s4kv accepts (no speculative decoding).
-    query_start_loc_cpu: torch.Tensor
-    seq_lens_cpu: torch.Tensor
-    slots_cpu: torch.Tensor
-    # Launch shapes, from the host copies (constant for a captured decode graph).
-    num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
-    max_new_blocks: int = 0  # most blocks any row completes in this step
-    decode_splits: int = 1  # KV splits per decode row and kv head
-    # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
-    chunk_waves: tuple | None = None
-
-
-def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decode: bool = False) -> S4KVMetadata:
-    """Fill the launch shapes of ``md`` from its host copies.
-
-    ``uniform_decode``: every row is a single-token decode (the shape of a captured CUDA graph),
-    so the values must not depend on the data of this particular batch.
-    """
-    from s4kv.kernels.decode import num_splits
-
-    n = md.num_reqs
-    qlens = (md.query_start_loc_cpu[1:n + 1] - md.query_start_loc_cpu[:n])
-    if uniform_decode:
-        md.num_decodes, md.max_new_blocks = n, 1
-    else:
-        not_decode = (qlens != 1).nonzero()
-        md.num_decodes = int(not_decode[0]) if len(not_decode) else n
-        seq = md.seq_lens_cpu[:n]
-        ctx = seq - qlens
-        md.max_new_blocks = int((seq // fmt.BLOCK_SIZE - ctx // fmt.BLOCK_SIZE).max()) if n else 0
-    md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
-    return md
 
 
 class V2Slots:
@@ -90,8 +47,6 @@ class S4KVMetadataBuilder(AttentionMetadataBuilder):
                              f"{self.block_size}")
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
         self.num_kv_heads = kv_cache_spec.num_kv_heads
-        from s4kv.backend.impl import num_sms
-
         self.num_sms = num_sms(torch.device(device))
         self.scratch = self.max_num_reqs
         # Persistent so a captured CUDA graph always reads the current slots.

@@ -90,6 +90,13 @@ def launch_options_for(kernel: str, head_size: int, shared_memory: int | None) -
     return {**base, **LAUNCH.get((kernel, head_size), {})}
 
 
+def num_sms(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device (1 elsewhere): the decode split count scales with it."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1
+
+
 _ROT: dict = {}
 
 

@@ -23,7 +23,7 @@ import sys
 import torch
 
 from s4kv import format as fmt
-from s4kv.backend.metadata import S4KVMetadata, plan_launch
+from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
 
 def copy_bandwidth(nbytes: int = 4 << 30) -> float:

@@ -18,7 +18,7 @@ from paged_harness import Engine  # noqa: E402
 
 from s4kv import format as fmt  # noqa: E402
 from s4kv.backend import triton_ops  # noqa: E402
-from s4kv.backend.metadata import S4KVMetadata, plan_launch  # noqa: E402
+from s4kv.kernels.batch import S4KVMetadata, plan_launch  # noqa: E402
 from s4kv.kernels.store import store_blocks  # noqa: E402
 
 

@@ -102,7 +102,7 @@ def probe_d64(results, opts):
 
 def first_key_mismatch(dtype, d=64, hkv=3):
     """Where the stored first keys differ from s4kv.format's (rotated basis, as stored)."""
-    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
     from s4kv.kernels.store import store_blocks
 
     g = torch.Generator().manual_seed(0)

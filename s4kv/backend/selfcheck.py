@@ -27,7 +27,7 @@ class KernelSelfCheckError(RuntimeError):
 def _step(q, k, v, regions, res, blocks, ctx: int, n: int, scale: float, device):
     """One engine step of a single request: tokens ctx .. ctx + n - 1 (residual slot 0)."""
     from s4kv.backend import triton_ops
-    from s4kv.backend.metadata import S4KVMetadata, plan_launch
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
     def i32(x, dev=device):
         return torch.tensor(x, dtype=torch.int32, device=dev)
