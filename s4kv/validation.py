@@ -64,6 +64,9 @@ class EngineFacts:
     skip_layers: list[str] = field(default_factory=list)
     decode_context_parallel: int = 1
     prefill_context_parallel: int = 1
+    data_parallel: int = 1
+    ubatching: bool = False  # dual-batch overlap or micro-batches
+    sleep_mode: bool = False
 
 
 def model_reasons(m: ModelFacts) -> list[str]:
@@ -119,6 +122,15 @@ def engine_reasons(m: ModelFacts, e: EngineFacts) -> list[str]:
         reasons.append(f"--kv-cache-dtype-skip-layers {e.skip_layers} (mixed page formats are not supported)")
     if e.decode_context_parallel > 1 or e.prefill_context_parallel > 1:
         reasons.append("decode/prefill context parallelism")
+    if e.data_parallel > 1:
+        reasons.append(f"data parallelism (data_parallel_size {e.data_parallel}: an idle rank runs dummy batches whose "
+                       f"rows would write into live requests' residual slots)")
+    if e.ubatching:
+        reasons.append("dual-batch overlap / micro-batching (--enable-dbo, --ubatch-size > 1: the micro-batches "
+                       "would share one decode workspace)")
+    if e.sleep_mode:
+        reasons.append("sleep mode (--enable-sleep-mode: level 2 discards the memory of int4_kivi's rotation "
+                       "operands, residual slots and scratch, which are not rebuilt on wake-up)")
     return reasons
 
 
@@ -185,6 +197,9 @@ def facts_from_vllm_config(vllm_config) -> tuple[ModelFacts, EngineFacts]:
         skip_layers=list(getattr(cache, "kv_cache_dtype_skip_layers", None) or []),
         decode_context_parallel=int(getattr(par, "decode_context_parallel_size", 1) or 1),
         prefill_context_parallel=int(getattr(par, "prefill_context_parallel_size", 1) or 1),
+        data_parallel=int(getattr(par, "data_parallel_size", 1) or 1),
+        ubatching=bool(getattr(par, "enable_dbo", False)) or int(getattr(par, "ubatch_size", 0) or 0) > 1,
+        sleep_mode=bool(getattr(vllm_config.model_config, "enable_sleep_mode", False)),
     )
     return m, e
 

