@@ -41,6 +41,11 @@ def _status(e: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def _http_status(e: BaseException) -> int | None:
+    """The first HTTP status anywhere in the exception chain (None: no HTTP answer)."""
+    return next((code for c in _chain(e) if (code := _status(c)) is not None), None)
+
+
 def _connection_failure(e: BaseException) -> bool:
     """A failure to reach the server at all: OS-level (DNS, refused, timeouts) or the HTTP client's
     transport errors (httpx names them *ConnectError, *Timeout*, *NetworkError, *TransportError)."""
@@ -92,7 +97,7 @@ def ensure_config(model: str, revision: str | None = None) -> None:
             return
         except Exception as e:
             err = classify(e, model)
-            if isinstance(err, HubUnavailable) or _status(e.__cause__ or e) not in (404, None):
+            if isinstance(err, HubUnavailable) or _http_status(e) not in (404, None):
                 raise err from e
             missing = missing or (err, e)  # a repo without config.json may still have params.json
     raise missing[0] from missing[1]

@@ -91,7 +91,7 @@ class S4KVAttentionImpl(AttentionImpl):
         from s4kv.kernels.flash import flash_attention_available
 
         if device.type == "cuda":
-            reason = flash_attention_available(device)
+            reason = flash_attention_available()
             if reason:
                 raise UnsupportedModelError(f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} runs chunk attention through vLLM's "
                                             f"FlashAttention on CUDA: {reason}")

@@ -161,18 +161,18 @@ def time_prefill(inputs, d: int) -> dict:
 
     import triton.testing
 
-    from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, chunk_plan, stage_pages
+    from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, stage_pages, step_waves
 
     q, k, v, res, regions, md, out = inputs
     hkv = k.shape[1]
     t0 = time.perf_counter()
     for _ in range(20):
         md.chunk_waves = None
-        chunk_plan(md, 0, hkv, d, k.device)
+        step_waves(md, 0, hkv, d, k.device)
     plan_us = (time.perf_counter() - t0) / 20 * 1e6
     ms = triton.testing.do_bench(lambda: chunk_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
                                  warmup=10, rep=100, return_mode="median")
-    (wave,) = chunk_plan(md, 0, hkv, d, k.device)
+    (wave,) = step_waves(md, 0, hkv, d, k.device)
     kp, vp = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
     stage_ms = triton.testing.do_bench(lambda: stage_pages(wave, k, v, res, regions, md, kp, vp),
                                        warmup=10, rep=100, return_mode="median")

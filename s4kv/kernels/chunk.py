@@ -36,17 +36,9 @@ from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.chunk_plan import plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
-from s4kv.kernels.quant import rotate_halves
+from s4kv.kernels.quant import clamp_fp16, rotate_halves
 
 STAGE_DTYPE = torch.float16
-FP16_MAX = fmt.FP16_MAX
-
-
-@triton.jit
-def _saturate16(x):
-    """Clamp to the finite fp16 range; NaN stays NaN (comparisons with NaN are false)."""
-    return tl.where(x > 65504.0, 65504.0, tl.where(x < -65504.0, -65504.0, x))
-
 
 @triton.jit
 def _stage_kernel(
@@ -83,19 +75,19 @@ def _stage_kernel(
         k_hi = (kc >> 4).to(tl.float32) * tl.load(ks + HALF + c).to(tl.float32)[None, :] \
             + tl.load(km + HALF + c).to(tl.float32)[None, :]
         # the exact first key was stored before saturation (bf16 models): saturate it for the fp16 operands
-        k_lo = tl.where(first, _saturate16(tl.load(fk + c).to(tl.float32))[None, :], k_lo)
-        k_hi = tl.where(first, _saturate16(tl.load(fk + HALF + c).to(tl.float32))[None, :], k_hi)
+        k_lo = tl.where(first, clamp_fp16(tl.load(fk + c).to(tl.float32))[None, :], k_lo)
+        k_hi = tl.where(first, clamp_fp16(tl.load(fk + HALF + c).to(tl.float32))[None, :], k_hi)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
-        tl.store(kp_ptr + dst, _saturate16(k_lo).to(odt))
-        tl.store(kp_ptr + dst + HALF, _saturate16(k_hi).to(odt))
+        tl.store(kp_ptr + dst, clamp_fp16(k_lo).to(odt))
+        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi).to(odt))
         vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
         # (code - 7.5) is exact in 16 bits and so is its product with +-1: the only rounding before the
         # per-token scale is fp32 accumulation
         v_lo, v_hi = rotate_halves((vc & 0xF).to(tl.float32) - 7.5, (vc >> 4).to(tl.float32) - 7.5,
                                    rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
-        tl.store(vp_ptr + dst, _saturate16(v_lo * vs).to(odt))
-        tl.store(vp_ptr + dst + HALF, _saturate16(v_hi * vs).to(odt))
+        tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs).to(odt))
+        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs).to(odt))
     else:  # a block holding queries: its exact tokens (residual slot, then this step's), zeros after
         q_start = tl.load(qsl_ptr + row)
         seq_len = tl.load(seq_lens_ptr + row)
@@ -114,8 +106,8 @@ def _stage_kernel(
             kx = tl.load(r + off, mask=from_res, other=0.0) + tl.load(nk + off, mask=from_new, other=0.0)
             vx = tl.load(r + stride_rkv + off, mask=from_res, other=0.0) + \
                 tl.load(nv + off, mask=from_new, other=0.0)
-            tl.store(kp_ptr + dst + off, _saturate16(kx.to(tl.float32)).to(odt))
-            tl.store(vp_ptr + dst + off, _saturate16(vx.to(tl.float32)).to(odt))
+            tl.store(kp_ptr + dst + off, clamp_fp16(kx.to(tl.float32)).to(odt))
+            tl.store(vp_ptr + dst + off, clamp_fp16(vx.to(tl.float32)).to(odt))
 
 
 class ChunkWorkspace:
@@ -185,7 +177,7 @@ def stage_pages(wave, k, v, res, regions, md, k_pages, v_pages) -> None:
     )
 
 
-def chunk_plan(md, first_row: int, num_kv_heads: int, head_size: int, device) -> list:
+def step_waves(md, first_row: int, num_kv_heads: int, head_size: int, device) -> list:
     """The step's waves, planned once and kept on the metadata (every layer of the step reads the
     same lengths)."""
     plan = getattr(md, "chunk_waves", None)
@@ -203,7 +195,7 @@ def to_stage_dtype(x: torch.Tensor) -> torch.Tensor:
     """x in STAGE_DTYPE, saturated at the fp16 range (NaN kept); x itself if it already is."""
     if x.dtype == STAGE_DTYPE:
         return x
-    return x.to(STAGE_DTYPE).clamp_(-FP16_MAX, FP16_MAX)
+    return x.to(STAGE_DTYPE).clamp_(-fmt.FP16_MAX, fmt.FP16_MAX)
 
 
 def chunk_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float, out: torch.Tensor) -> None:
@@ -212,7 +204,7 @@ def chunk_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float, 
     if first_row >= md.num_reqs:
         return
     hkv, d = k.shape[1], k.shape[2]
-    for wave in chunk_plan(md, first_row, hkv, d, k.device):
+    for wave in step_waves(md, first_row, hkv, d, k.device):
         k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
         stage_pages(wave, k, v, res, regions, md, k_pages, v_pages)
         dev = wave.device

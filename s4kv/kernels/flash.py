@@ -17,8 +17,8 @@ import torch
 from s4kv.kernels import interpreted
 
 
-def flash_attention_available(device) -> str | None:
-    """None when vLLM's FlashAttention runs on `device`, else the reason it does not."""
+def flash_attention_available() -> str | None:
+    """None when vLLM's FlashAttention runs on this machine's GPU, else the reason it does not."""
     try:
         from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
         from vllm.vllm_flash_attn import flash_attn_varlen_func  # noqa: F401

@@ -44,6 +44,13 @@ def saturate(x):
 
 
 @triton.jit
+def clamp_fp16(x):
+    """x clamped to the finite fp16 range with NaN kept as NaN (comparisons with NaN are false),
+    unlike `saturate`, which zeroes NaN for the quantizer and reports it in a mask."""
+    return tl.where(x > FP16_MAX, FP16_MAX, tl.where(x < -FP16_MAX, -FP16_MAX, x))
+
+
+@triton.jit
 def safe_inverse(s):
     return tl.where(s > 0, 1.0 / tl.where(s > 0, s, 1.0), 0.0)
 
