@@ -23,6 +23,12 @@ The scheme (KIVI, in a rotated basis)
   per-channel key statistics. For block 0 that token is the attention sink, which nearly every
   query attends to: quantizing its key costs more than all other tokens together, and its outlier
   channels would also widen every channel's range for the rest of the block.
+* The first token of every block keeps its value in 8 bits (symmetric over the head,
+  ``v ~ (code - 127.5) * scale``, code in 0..255), in the bytes its two 4-bit code rows would hold
+  (the key's are unused: the key is exact), so it costs no byte. The sink's value is read with
+  the weight of the sink, so its 4-bit error mattered more than any other token's: on SmolLM2
+  (bf16, 3 x 2,048 tokens, tools/format_sim.py) it moved perplexity +0.69% -> +0.33% and
+  top-1 agreement 0.961 -> 0.964 against bf16 (docs/format-variants.md).
 * Scales and mins are fp16 and live inside the page, so vLLM's allocator counts every byte.
 * A block is quantized only when it is full. Until then its tokens stay in the model dtype in a
   per-request residual slot (see ``s4kv.residual``), so per-channel key statistics always cover a
@@ -47,7 +53,10 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
                                               ordered along the axis its attention product sums
                                               over (channels for q.k, tokens for p@V), so a
                                               thread's share of a dot operand is contiguous bytes.
-    [ value scale : BLOCK_SIZE fp16        ]  one per token
+                                              Token 0 is different: its value's 8-bit code of
+                                              channel i is value byte (0, i), of channel i + D/2
+                                              key byte (0, i).
+    [ value scale : BLOCK_SIZE fp16        ]  one per token (token 0: the scale of its 8-bit codes)
     [ key scale   : D fp16                 ]  one per channel
     [ key min     : D fp16                 ]  one per channel
     [ first key   : D x 16-bit             ]  exact key of the block's first token: the model
@@ -66,6 +75,7 @@ Numerics, precisely (implementations must match)
 * Keys:   m = fp16_down(min);  s = fp16_up((max - m) / 15);  code = clamp(floor((k - m) * inv + 0.5), 0, 15)
           min and max over tokens 1..BLOCK_SIZE-1 of the block (token 0 is stored exact).
 * Values: s = fp16_up(max|v| / 7.5);                         code = clamp(floor(v * inv + 8), 0, 15)
+  token 0 of a block: s = fp16_up(max|v| / 127.5);           code = clamp(floor(v * inv + 128), 0, 255)
   with inv = 1 / s (fp32), or 0 when s == 0. Rounding the scale up and the min down guarantees
   |x - dequant(x)| <= s / 2 for every element.
 * fp16_up(x) / fp16_down(x): the nearest fp16 at or above / at or below x.
@@ -84,6 +94,7 @@ KV_CACHE_DTYPE = "int4_kivi"
 BLOCK_SIZE = 128
 SUPPORTED_HEAD_SIZES = (64, 128)
 CODE_LEVELS = 15  # codes 0..15
+FIRST_VALUE_LEVELS = 255  # the first token's value: codes 0..255
 FP16_MAX = 65504.0
 SCALE_DTYPE = torch.float16
 
@@ -259,17 +270,18 @@ def dequantize_keys(codes: torch.Tensor, scale: torch.Tensor, mn: torch.Tensor) 
 # Values: per token, symmetric, one group per (token, head)
 
 
-def quantize_values(v: torch.Tensor):
-    """v [..., D] -> codes uint8 [..., D], scale fp32 [...]."""
+def quantize_values(v: torch.Tensor, levels: int = CODE_LEVELS):
+    """v [..., D] -> codes uint8 [..., D], scale fp32 [...]: symmetric, codes 0..levels
+    (CODE_LEVELS for pages, FIRST_VALUE_LEVELS for a block's first token)."""
     x, bad = _saturate(v)
-    scale = fp16_up(x.abs().amax(dim=-1) / 7.5)
+    scale = fp16_up(x.abs().amax(dim=-1) / (levels / 2))
     scale = torch.where(bad.any(dim=-1), torch.full_like(scale, float("nan")), scale)
-    codes = torch.floor(x * _inverse(scale).unsqueeze(-1) + 8.0).clamp(0, CODE_LEVELS)
+    codes = torch.floor(x * _inverse(scale).unsqueeze(-1) + (levels + 1) / 2).clamp(0, levels)
     return codes.to(torch.uint8), scale
 
 
-def dequantize_values(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return (codes.float() - 7.5) * scale.unsqueeze(-1)
+def dequantize_values(codes: torch.Tensor, scale: torch.Tensor, levels: int = CODE_LEVELS) -> torch.Tensor:
+    return (codes.float() - levels / 2) * scale.unsqueeze(-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,14 +315,20 @@ def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     k, v = rotate(k), rotate(v)
     kc, ks, km = quantize_keys(k)
     vc, vs = quantize_values(v)
+    kp, vp = pack_codes(kc), pack_codes(vc)
+    # token 0: its value's 8-bit codes in its two code rows (the key is stored exact)
+    fc, fs = quantize_values(v[..., 0, :], FIRST_VALUE_LEVELS)
+    half = d // 2
+    vp[..., 0, :], kp[..., 0, :] = fc[..., :half], fc[..., half:]
+    vs[..., 0] = fs
     n = len(lead)
 
     def as_bytes(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return x.to(dtype).contiguous().view(torch.uint8).flatten(n)
 
     parts = [
-        pack_codes(kc).flatten(n),
-        pack_codes(vc).transpose(-1, -2).flatten(n),  # channel-major
+        kp.flatten(n),
+        vp.transpose(-1, -2).flatten(n),  # channel-major
         as_bytes(vs, SCALE_DTYPE),
         as_bytes(ks, SCALE_DTYPE),
         as_bytes(km, SCALE_DTYPE),
@@ -332,12 +350,15 @@ def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtyp
     def f16(off, n):
         return regions[..., off:off + 2 * n].contiguous().view(SCALE_DTYPE).float()
 
-    kc = unpack_codes(regions[..., lay.k_codes:lay.v_codes].reshape(*lead, t, half))
-    vc = unpack_codes(regions[..., lay.v_codes:lay.v_scale].reshape(*lead, half, t).transpose(-1, -2))
-    k = dequantize_keys(kc, f16(lay.k_scale, head_size), f16(lay.k_min, head_size))
+    kp = regions[..., lay.k_codes:lay.v_codes].reshape(*lead, t, half)
+    vp = regions[..., lay.v_codes:lay.v_scale].reshape(*lead, half, t).transpose(-1, -2)
+    k = dequantize_keys(unpack_codes(kp), f16(lay.k_scale, head_size), f16(lay.k_min, head_size))
     first = regions[..., lay.first_key:lay.region_bytes].contiguous().view(first_key_dtype(model_dtype))
     k[..., 0, :] = first.float()
-    v = dequantize_values(vc, f16(lay.v_scale, t))
+    vs = f16(lay.v_scale, t)
+    v = dequantize_values(unpack_codes(vp), vs)
+    first_codes = torch.cat([vp[..., 0, :], kp[..., 0, :]], dim=-1)
+    v[..., 0, :] = dequantize_values(first_codes, vs[..., 0], FIRST_VALUE_LEVELS)
     return k, v
 
 

@@ -84,7 +84,34 @@ def test_page_round_trip(dtype, d):
     expect_k = fmt.dequantize_keys(kc, ks.half().float(), km.half().float())
     expect_k[..., 0, :] = kr[..., 0, :].to(fmt.first_key_dtype(dtype)).float()
     assert torch.equal(kq, expect_k)
-    assert torch.equal(vq, fmt.dequantize_values(vc, vs.half().float()))
+    expect_v = fmt.dequantize_values(vc, vs.half().float())
+    fc, fs = fmt.quantize_values(vr[..., 0, :], fmt.FIRST_VALUE_LEVELS)
+    expect_v[..., 0, :] = fmt.dequantize_values(fc, fs.half().float(), fmt.FIRST_VALUE_LEVELS)
+    assert torch.equal(vq, expect_v)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_first_value_is_8_bit_in_the_first_tokens_code_bytes(d):
+    # The first token's value: symmetric 8-bit codes, value byte (0, i) for channel i and key byte
+    # (0, i) for channel i + D/2, its scale in value scale 0; the other tokens are untouched.
+    g = torch.Generator().manual_seed(6)
+    k = torch.randn(2, 128, d, generator=g).to(torch.bfloat16)
+    v = (torch.randn(2, 128, d, generator=g) * 3).to(torch.bfloat16)
+    regions = fmt.encode_blocks(k, v)
+    lay = fmt.PageLayout(d)
+    half = d // 2
+    vr = fmt.rotate(v)
+    fc, fs = fmt.quantize_values(vr[:, 0], fmt.FIRST_VALUE_LEVELS)
+    assert fc.max() > 15  # 8-bit codes, not 4-bit ones
+    assert torch.equal(regions[:, lay.v_codes:lay.v_scale].reshape(2, half, 128)[:, :, 0], fc[:, :half])
+    assert torch.equal(regions[:, lay.k_codes:lay.v_codes].reshape(2, 128, half)[:, 0], fc[:, half:])
+    assert torch.equal(regions[:, lay.v_scale:lay.v_scale + 2].view(torch.float16).float()[:, 0], fs)
+    _, vq = fmt.decode_blocks(regions, d, torch.bfloat16)
+    err = (vq[:, 0] - vr[:, 0]).abs()
+    assert torch.all(err <= fs[:, None] / 2 + 1e-6)
+    assert torch.all(fs <= vr[:, 0].abs().amax(-1) / 127.5 * (1 + 2 ** -10))  # 17x finer than 4-bit
+    _, vs = fmt.quantize_values(vr[:, 1:])
+    assert torch.equal(vq[:, 1:], fmt.dequantize_values(fmt.quantize_values(vr[:, 1:])[0], vs.half().float()))
 
 
 def test_constant_channel_is_reproduced():
@@ -157,9 +184,14 @@ def test_non_finite_in_a_page():
 def test_non_finite_first_token_stays_exact_and_out_of_statistics():
     k = torch.randn(1, 1, 128, 64)
     k[0, 0, 0, 0] = float("nan")
-    kq, _ = fmt.fake_quantize_blocks(k, torch.randn(1, 1, 128, 64))
+    v = torch.randn(1, 1, 128, 64)
+    kq, vq = fmt.fake_quantize_blocks(k, v)
     assert torch.isnan(kq[0, 0, 0]).all()  # the exact (rotated) first key carries the NaN
     assert torch.isfinite(kq[0, 0, 1:]).all()  # and the block's statistics ignore it
+    assert torch.isfinite(vq).all()  # the value that shares the key's code bytes is unaffected
+    v[0, 0, 0, 7] = float("inf")
+    _, vq = fmt.fake_quantize_blocks(torch.randn(1, 1, 128, 64), v)
+    assert torch.isnan(vq[0, 0, 0]).all() and torch.isfinite(vq[0, 0, 1:]).all()
 
 
 def test_nibble_packing_layout():

@@ -93,6 +93,21 @@ def _store_blocks_kernel(
     q_lo = tl.minimum(tl.maximum(tl.floor((x_lo - mn_lo[None, :]) * safe_inverse(s_lo)[None, :] + 0.5), 0.0), 15.0)
     q_hi = tl.minimum(tl.maximum(tl.floor((x_hi - mn_hi[None, :]) * safe_inverse(s_hi)[None, :] + 0.5), 0.0), 15.0)
     packed = q_lo.to(tl.uint8) | (q_hi.to(tl.uint8) << 4)
+    # Values: per token, symmetric; token 0 in 8 bits (s4kv.format), its upper half in the key's
+    # unused code row 0
+    y_lo, vbad_lo = saturate(v_lo.to(tl.float32))
+    y_hi, vbad_hi = saturate(v_hi.to(tl.float32))
+    amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
+    first_tok = t == 0
+    vs = fp16_up(amax / tl.where(first_tok, 127.5, 7.5))
+    vbad = (tl.max(vbad_lo.to(tl.int32), axis=1) + tl.max(vbad_hi.to(tl.int32), axis=1)) > 0
+    vs = tl.where(vbad, float("nan"), vs)
+    vinv = safe_inverse(vs)[:, None]
+    w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 8.0), 0.0), 15.0)
+    w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
+    f_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
+    f_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
+    packed = tl.where(first_row, f_hi, packed)
     tl.store(region + t[:, None] * HALF + c[None, :], packed)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
@@ -101,18 +116,8 @@ def _store_blocks_kernel(
     tl.store(km_ptr + c, mn_lo.to(tl.float16))
     tl.store(km_ptr + HALF + c, mn_hi.to(tl.float16))
 
-    # Values: per token, symmetric
-    y_lo, vbad_lo = saturate(v_lo.to(tl.float32))
-    y_hi, vbad_hi = saturate(v_hi.to(tl.float32))
-    amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
-    vs = fp16_up(amax / 7.5)
-    vbad = (tl.max(vbad_lo.to(tl.int32), axis=1) + tl.max(vbad_hi.to(tl.int32), axis=1)) > 0
-    vs = tl.where(vbad, float("nan"), vs)
-    vinv = safe_inverse(vs)[:, None]
-    w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 8.0), 0.0), 15.0)
-    w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
     tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
-             w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4))
+             tl.where(first_row, f_lo, w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4)))
     tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
 
 

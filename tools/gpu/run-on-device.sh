@@ -3,7 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile
-#                                                 bench-capacity bench-speed bench-quality throughput)
+#                                                 bench-capacity bench-speed bench-quality bench-quality-baseline throughput)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
 #   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
@@ -134,6 +134,16 @@ for s in "$@"; do
     bench-quality)
       step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
+    bench-quality-baseline)  # the same quality run with another s4kv tree (BASELINE=DIR holding s4kv/,
+      # e.g. `git archive COMMIT s4kv`), for a format change measured against the one it replaces on
+      # the same machine; run from inside it, since `python -m` puts the working directory first
+      if [ -z "${BASELINE:-}" ] || [ ! -d "${BASELINE}/s4kv" ]; then
+        echo "bench-quality-baseline needs BASELINE=DIR with DIR/s4kv"; status=1; continue
+      fi
+      base=$(cd "$BASELINE" && pwd)
+      step bench-quality-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' python3 -m s4kv.bench \
+        quality --model '$MODEL' --kv '$KVS' --engine-arg enforce_eager=true --out '$OUT/quality-baseline'"
+      tar -C "$OUT" -czf "$OUT/quality-baseline.tgz" quality-baseline && rm -rf "$OUT/quality-baseline" ;;
     throughput)  # vLLM's own `vllm bench throughput` on issue 13's W1-W3 (tools/gpu/throughput.sh;
       # THROUGHPUT_RUNS="W3:auto W1:int4_kivi ..." picks runs), JSON + engine log per run, in one archive
       # shellcheck disable=SC2086

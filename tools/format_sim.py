@@ -1,0 +1,259 @@
+"""Simulate variants of the int4_kivi format on SmolLM2 in Hugging Face transformers.
+
+    python tools/format_sim.py [--dtype float32,bfloat16] [--tokens 2048] [--variants a,b,...]
+
+Why a simulation next to the engine bench: a format variant costs a kernel rewrite in the engine,
+so variants are screened here first and only the chosen one goes through the whole stack (and
+is then measured with the real engine, `s4kv bench quality`).
+
+What it computes: the model scores the first N tokens of the project's evaluation text
+(s4kv/data/eval_text.txt, tokenized as `s4kv bench quality` does) in one teacher-forced pass; every
+attention layer computes what the cache would give it under the position rule of s4kv.format (a
+query sees complete blocks through the format's encode/decode, the rest exact) and the variant's
+changes to it. The reference is the same model with exact attention in the same dtype. Reported
+per variant: perplexity delta and teacher-forced top-1 agreement against the reference, each with
+the batch-means standard error of s4kv.bench.metrics, and bytes per token per kv head at
+head_dim 128 (what the variant would cost a page).
+
+Variants are built from these knobs (name: knob=value,...; see VARIANTS):
+  sink        first S positions of the sequence exact (K and V), left out of block 0's key stats
+  first_value the first token of every block keeps its value exact too (1: 16-bit, +2 B per token;
+              8: int8 codes in the bytes the token's unused int4 codes free, no extra byte)
+  recent      at least W most recent positions exact (the position rule's partial block, or more)
+  first_key   0: the first key of every block is quantized with the rest (today: exact)
+  window      at least W most recent positions exact, token-granular (needs W extra exact tokens)
+  vgroup      values quantized per (token, group of G channels) instead of the whole head
+  kblock      key statistics per T-token sub-block instead of the whole block
+  kq, vq      0: keys (values) never quantized, to see which half of the error is whose
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from s4kv import format as fmt
+from s4kv.bench import metrics
+
+BS = fmt.BLOCK_SIZE
+
+VARIANTS = {
+    "bf16": None,  # exact attention (a second reference pass: the simulation's own noise floor)
+    "current": {},
+    "no_first_key": {"first_key": 0},
+    "first_value": {"first_value": 1},
+    "first_value8": {"first_value": 8},
+    "sink1": {"sink": 1},
+    "sink4": {"sink": 4},
+    "sink16": {"sink": 16},
+    "sink32": {"sink": 32},
+    "sink64": {"sink": 64},
+    "sink128": {"sink": 128},
+    "first_value+sink128": {"first_value": 1, "sink": 128},
+    "recent256": {"recent": 256},
+    "sink128+recent256": {"sink": 128, "recent": 256},
+    "keys_only": {"vq": 0},
+    "values_only": {"kq": 0},
+    "vgroup64": {"vgroup": 64},
+    "vgroup32": {"vgroup": 32},
+    "kblock64": {"kblock": 64},
+    "window16": {"window": 16},
+    "window32": {"window": 32},
+    "window64": {"window": 64},
+}
+
+
+def bytes_per_token(v: dict, d: int = 128) -> float:
+    """Page bytes per token per kv head of a variant (the sink and a longer recent window are
+    per-request memory, not page bytes)."""
+    b = fmt.bytes_per_token_per_head(d)
+    if v.get("first_key", 1) == 0:
+        b -= 2 * d / BS
+    if v.get("first_value") == 1:
+        b += 2 * d / BS
+    if v.get("vgroup"):
+        b += 2 * (d // v["vgroup"] - 1)
+    if v.get("kblock"):
+        b += 4 * d / v["kblock"] - 4 * d / BS
+    return b
+
+
+def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
+    """k, v [H, T, D] exact (model dtype), T a multiple of BS -> dequantized k, v fp32 in the
+    rotated basis, [H, T, D], as the variant stores them."""
+    h, t, d = k.shape
+    nb = t // BS
+    kb = fmt.rotate(k).reshape(h, nb, BS, d)
+    vb = fmt.rotate(v).reshape(h, nb, BS, d)
+    sink = var.get("sink", 0)
+    # Key stats: tokens that are stored exact are left out (today: token 0 of every block).
+    excl = torch.zeros(nb, BS, dtype=torch.bool)
+    if var.get("first_key", 1):
+        excl[:, 0] = True
+    excl[0, :min(sink, BS)] = True
+    big = torch.finfo(torch.float32).max
+    x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
+    e = excl[None, :, :, None]
+    mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
+    mx = torch.where(e, -big, x).amax(dim=-2)
+    if sink >= BS:  # block 0 entirely exact: its stats are unused
+        mn[:, 0], mx[:, 0] = 0.0, 0.0
+    scale = fmt.fp16_up((mx - mn) / fmt.CODE_LEVELS)
+    inv = torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, 1.0), 0.0).unsqueeze(-2)
+    codes = torch.floor((x - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, fmt.CODE_LEVELS)
+    kq = fmt.dequantize_keys(codes, scale, mn)
+    if var.get("kblock"):  # stats per sub-block: quantize each sub-block as its own "block"
+        tb = var["kblock"]
+        sub = x.reshape(h, nb * BS // tb, tb, d)
+        ex = excl.reshape(nb * BS // tb, tb)[None, :, :, None]
+        mn = fmt.fp16_down(torch.where(ex, big, sub).amin(dim=-2))
+        scale = fmt.fp16_up((torch.where(ex, -big, sub).amax(dim=-2) - mn) / fmt.CODE_LEVELS)
+        inv = torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, 1.0), 0.0).unsqueeze(-2)
+        codes = torch.floor((sub - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, fmt.CODE_LEVELS)
+        kq = fmt.dequantize_keys(codes, scale, mn).reshape(h, nb, BS, d)
+    gsz = var.get("vgroup", d)
+    vg = vb.reshape(h, nb, BS, d // gsz, gsz)
+    vc, vs = fmt.quantize_values(vg)
+    vq = fmt.dequantize_values(vc, vs).reshape(h, nb, BS, d)
+    exact16 = torch.zeros(nb, BS, dtype=torch.bool)  # K and V of these tokens stay 16-bit exact
+    exact16[0, :min(sink, BS)] = True
+    k16 = kb.to(fmt.first_key_dtype(k.dtype)).float()
+    v16 = vb.to(fmt.first_key_dtype(k.dtype)).float()
+    kx = excl.clone() if var.get("first_key", 1) else exact16.clone()
+    kx |= exact16
+    vx = exact16.clone()
+    if var.get("first_value") == 1:
+        vx[:, 0] = True
+    elif var.get("first_value") == 8:  # symmetric int8 over the head: v ~ (code - 127.5) * s
+        v0 = vb[:, :, 0].clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
+        s8 = fmt.fp16_up(v0.abs().amax(-1) / 127.5)
+        inv8 = torch.where(s8 > 0, 1.0 / torch.where(s8 > 0, s8, 1.0), 0.0)
+        c8 = torch.floor(v0 * inv8[..., None] + 128.0).clamp(0, 255)
+        vq = vq.clone()
+        vq[:, :, 0] = (c8 - 127.5) * s8[..., None]
+    kq = torch.where(kx[None, :, :, None], k16, kq)
+    vq = torch.where(vx[None, :, :, None], v16, vq)
+    if var.get("kq", 1) == 0:
+        kq = k16
+    if var.get("vq", 1) == 0:
+        vq = v16
+    return kq.reshape(h, t, d), vq.reshape(h, t, d)
+
+
+def kivi_sdpa(q, k, v, scale, var):
+    """q [Hq, T, D], k, v [Hkv, T, D] -> [T, Hq, D] fp32: causal attention under the variant."""
+    hq, t, _ = q.shape
+    hkv = k.shape[0]
+    g = hq // hkv
+    nb = t // BS
+    kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
+    pos = torch.arange(t)
+    boundary = ((pos + 1) // BS) * BS  # first exact position for each query (the position rule)
+    recent = var.get("recent", 0)
+    if recent:
+        boundary = torch.minimum(boundary, ((pos + 1 - recent).clamp(min=0) // BS) * BS)
+    use_q = pos[None, :nb * BS] < boundary[:, None]  # [T, nbBS]
+    if var.get("window"):
+        use_q &= pos[None, :nb * BS] <= pos[:, None] - var["window"]
+    qf = q.float()
+    kf = k.float().repeat_interleave(g, 0)
+    vf = v.float().repeat_interleave(g, 0)
+    qr = fmt.rotate(qf)
+    kqr = kq.repeat_interleave(g, 0)
+    vqr = vq.repeat_interleave(g, 0)
+    s_ex = torch.matmul(qf, kf.transpose(-1, -2))
+    s_q = torch.matmul(qr, kqr.transpose(-1, -2))
+    s = s_ex.clone()
+    s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
+    s = (s * scale).masked_fill(pos[None, :] > pos[:, None], float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    pq = torch.where(use_q, p[:, :, :nb * BS], 0.0)
+    pe = p.clone()
+    pe[:, :, :nb * BS] = torch.where(use_q, 0.0, p[:, :, :nb * BS])
+    o = torch.matmul(pe, vf) + fmt.unrotate(torch.matmul(pq, vqr))
+    return o.transpose(0, 1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtype", default="float32,bfloat16")
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
+    ap.add_argument("--windows", type=int, default=1,
+                    help="score this many consecutive windows of the text, each its own sequence "
+                         "(more positions: a smaller standard error; default 1, what the engine bench scores)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--model", default=None, help="HF directory (default: the converted SmolLM2)")
+    args = ap.parse_args(argv)
+
+    from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
+
+    from s4kv import models
+
+    path = args.model or str(models.smollm2())
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = tok.encode((ROOT / "s4kv" / "data" / "eval_text.txt").read_text())
+    if len(ids) < args.windows * args.tokens:
+        raise SystemExit(f"the text has {len(ids)} tokens, fewer than {args.windows} x {args.tokens}")
+    xs = [torch.tensor([ids[i * args.tokens:(i + 1) * args.tokens]]) for i in range(args.windows)]
+    current: dict = {"var": None}
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        var = current["var"]
+        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+        if var is None:
+            hq, hkv = query.shape[1], key.shape[1]
+            kk = key.repeat_interleave(hq // hkv, 1)
+            vv = value.repeat_interleave(hq // hkv, 1)
+            o = torch.nn.functional.scaled_dot_product_attention(
+                query.float(), kk.float(), vv.float(), is_causal=True, scale=scale)
+            return o.transpose(1, 2).to(query.dtype), None
+        o = kivi_sdpa(query[0], key[0], value[0], scale, var)
+        return o[None].to(query.dtype), None
+
+    AttentionInterface.register("s4kv_sim", attention)
+    names = args.variants.split(",")
+    print(f"# {args.windows} window(s) of {args.tokens} tokens of eval_text.txt, {path}")
+    print("| model dtype | variant | bytes/token/head (d128) | Δ perplexity | SE | top-1 agreement | SE |")
+    print("|---|---|---|---|---|---|---|")
+    for dt in args.dtype.split(","):
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=getattr(torch, dt),
+                                                     attn_implementation="s4kv_sim").eval()
+
+        def score(model=model):
+            # windows are concatenated per position; a window's 2047 positions are 15 whole
+            # 128-position segments and a tail, so batch means mostly stay inside one window
+            lps, tops = [], []
+            for x in xs:
+                with torch.no_grad():
+                    logits = model(x).logits[0, :-1].float()
+                lp = torch.log_softmax(logits, -1)
+                tgt = x[0, 1:]
+                lps += lp.gather(-1, tgt[:, None])[:, 0].tolist()
+                tops += lp.argmax(-1).tolist()
+            return lps, tops
+
+        current["var"] = None
+        ref_lp, ref_top = score()
+        for name in names:
+            var = VARIANTS[name]
+            t0 = time.time()
+            current["var"] = var
+            lp, top = score()
+            d, dse = metrics.ppl_delta_with_error(lp, ref_lp)
+            a, ase = metrics.top1_agreement_with_error(top, ref_top)
+            bpt = "-" if var is None else f"{bytes_per_token(var):g}"
+            print(f"| {dt} | {name} | {bpt} | {d:+.3f}% | {dse:.3f}% | {a:.4f} | {ase:.4f} |"
+                  f"  <!-- {time.time() - t0:.0f} s -->", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
