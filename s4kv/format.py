@@ -24,8 +24,10 @@ The scheme (KIVI, in a rotated basis)
   query attends to: quantizing its key costs more than all other tokens together, and its outlier
   channels would also widen every channel's range for the rest of the block.
 * The first token of every block keeps its value in 8 bits (symmetric over the head,
-  ``v ~ (code - 127.5) * scale``, code in 0..255), in the bytes its two 4-bit code rows would hold
-  (the key's are unused: the key is exact), so it costs no byte. The sink's value is read with
+  ``v ~ (code - 127.5) * scale``, code in 0..255): the low nibbles of its codes sit where its 4-bit
+  value codes would, the high nibbles in its key code row (unused: the key is exact), so it costs
+  no byte, and a kernel that reads the row as 4-bit codes gets the low-nibble part of the value
+  and adds ``16 * (high - 7.5) * scale`` (``code - 127.5 = (low - 7.5) + 16 * (high - 7.5)``). The sink's value is read with
   the weight of the sink, so its 4-bit error mattered more than any other token's: on SmolLM2
   (bf16, 3 x 2,048 tokens, tools/format_sim.py) it moved perplexity +0.69% -> +0.33% and
   top-1 agreement 0.961 -> 0.964 against bf16 (docs/format-variants.md).
@@ -53,9 +55,10 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
                                               ordered along the axis its attention product sums
                                               over (channels for q.k, tokens for p@V), so a
                                               thread's share of a dot operand is contiguous bytes.
-                                              Token 0 is different: its value's 8-bit code of
-                                              channel i is value byte (0, i), of channel i + D/2
-                                              key byte (0, i).
+                                              Token 0's value codes are 8-bit: value byte (0, i)
+                                              holds their low nibbles, key byte (0, i) their high
+                                              nibbles, each packed like 4-bit codes (channel i
+                                              low, channel i + D/2 high).
     [ value scale : BLOCK_SIZE fp16        ]  one per token (token 0: the scale of its 8-bit codes)
     [ key scale   : D fp16                 ]  one per channel
     [ key min     : D fp16                 ]  one per channel
@@ -316,10 +319,10 @@ def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     kc, ks, km = quantize_keys(k)
     vc, vs = quantize_values(v)
     kp, vp = pack_codes(kc), pack_codes(vc)
-    # token 0: its value's 8-bit codes in its two code rows (the key is stored exact)
+    # token 0: its value's 8-bit codes, low nibbles in its value code row, high nibbles in its key
+    # code row (the key is stored exact)
     fc, fs = quantize_values(v[..., 0, :], FIRST_VALUE_LEVELS)
-    half = d // 2
-    vp[..., 0, :], kp[..., 0, :] = fc[..., :half], fc[..., half:]
+    vp[..., 0, :], kp[..., 0, :] = pack_codes(fc & 0xF), pack_codes(fc >> 4)
     vs[..., 0] = fs
     n = len(lead)
 
@@ -357,7 +360,7 @@ def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtyp
     k[..., 0, :] = first.float()
     vs = f16(lay.v_scale, t)
     v = dequantize_values(unpack_codes(vp), vs)
-    first_codes = torch.cat([vp[..., 0, :], kp[..., 0, :]], dim=-1)
+    first_codes = unpack_codes(vp[..., 0, :]) | (unpack_codes(kp[..., 0, :]) << 4)
     v[..., 0, :] = dequantize_values(first_codes, vs[..., 0], FIRST_VALUE_LEVELS)
     return k, v
 

@@ -92,8 +92,9 @@ def test_page_round_trip(dtype, d):
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_first_value_is_8_bit_in_the_first_tokens_code_bytes(d):
-    # The first token's value: symmetric 8-bit codes, value byte (0, i) for channel i and key byte
-    # (0, i) for channel i + D/2, its scale in value scale 0; the other tokens are untouched.
+    # The first token's value: symmetric 8-bit codes, their low nibbles in value byte (0, i) and
+    # their high nibbles in key byte (0, i), packed like 4-bit codes; its scale in value scale 0;
+    # the other tokens are untouched.
     g = torch.Generator().manual_seed(6)
     k = torch.randn(2, 128, d, generator=g).to(torch.bfloat16)
     v = (torch.randn(2, 128, d, generator=g) * 3).to(torch.bfloat16)
@@ -103,8 +104,10 @@ def test_first_value_is_8_bit_in_the_first_tokens_code_bytes(d):
     vr = fmt.rotate(v)
     fc, fs = fmt.quantize_values(vr[:, 0], fmt.FIRST_VALUE_LEVELS)
     assert fc.max() > 15  # 8-bit codes, not 4-bit ones
-    assert torch.equal(regions[:, lay.v_codes:lay.v_scale].reshape(2, half, 128)[:, :, 0], fc[:, :half])
-    assert torch.equal(regions[:, lay.k_codes:lay.v_codes].reshape(2, 128, half)[:, 0], fc[:, half:])
+    v_row = regions[:, lay.v_codes:lay.v_scale].reshape(2, half, 128)[:, :, 0]
+    k_row = regions[:, lay.k_codes:lay.v_codes].reshape(2, 128, half)[:, 0]
+    assert torch.equal(v_row, (fc[:, :half] & 0xF) | ((fc[:, half:] & 0xF) << 4))
+    assert torch.equal(k_row, (fc[:, :half] >> 4) | ((fc[:, half:] >> 4) << 4))
     assert torch.equal(regions[:, lay.v_scale:lay.v_scale + 2].view(torch.float16).float()[:, 0], fs)
     _, vq = fmt.decode_blocks(regions, d, torch.bfloat16)
     err = (vq[:, 0] - vr[:, 0]).abs()

@@ -83,9 +83,9 @@ def _stage_kernel(
         vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
         # (code - 7.5) is exact in 16 bits and so is its product with +-1: the only rounding before the
         # per-token scale is fp32 accumulation. Token 0's value is 8-bit codes (code - 127.5, exact
-        # in 16 bits too) in its value and key code rows.
-        v_lo = tl.where(first, vc.to(tl.float32) - 127.5, (vc & 0xF).to(tl.float32) - 7.5)
-        v_hi = tl.where(first, kc.to(tl.float32) - 127.5, (vc >> 4).to(tl.float32) - 7.5)
+        # in 16 bits too): low nibbles in its value code row, high nibbles in its key code row.
+        v_lo = (vc & 0xF).to(tl.float32) + tl.where(first, 16.0 * (kc & 0xF).to(tl.float32) - 120.0, 0.0) - 7.5
+        v_hi = (vc >> 4).to(tl.float32) + tl.where(first, 16.0 * (kc >> 4).to(tl.float32) - 120.0, 0.0) - 7.5
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
         tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs).to(odt))

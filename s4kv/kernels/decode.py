@@ -12,7 +12,8 @@ which pages a split covers is computed from the sequence lengths on the device):
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
    which become 16-bit operands by bit operations (s4kv.kernels.quant.code_operands). A block's
-   first token is the exception (exact key, 8-bit value): its score and value are added on their own.
+   first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
+   the high nibbles of its value codes are added on their own.
 3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits (log-sum-exp), rotates
    their sum back to the original basis once, adds the tail's partial and normalizes.
 """
@@ -117,11 +118,14 @@ def _decode_kernel(
                                + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
                 s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                                  + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-                # the block's first value: 8-bit codes in the value and key code rows of token 0
+                # the block's first value is 8-bit codes: the page loop reads their low nibbles as
+                # 4-bit codes, and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high
+                # nibbles (in the key code row of token 0, contiguous) on their own
                 vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
-                fs = tl.load(vs_ptr).to(tl.float32)
-                fv_lo = (tl.load(region + V_CODES + c * BS).to(tl.float32) - 127.5) * fs
-                fv_hi = (tl.load(region + c).to(tl.float32) - 127.5) * fs
+                f16s = 16.0 * tl.load(vs_ptr).to(tl.float32)
+                k0 = tl.load(region + c)
+                fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
+                fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
                 for sub in tl.static_range(BS // SUB):
                     ts = sub * SUB + tl.arange(0, SUB)
                     kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
@@ -137,14 +141,12 @@ def _decode_kernel(
                     l_i = l_i * alpha + tl.sum(pr, axis=1)
                     # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
                     vs = tl.load(vs_ptr + ts).to(tl.float32)
-                    if sub == 0:  # the first token's value is not 4-bit codes: added on its own
-                        vs = tl.where(ts == 0, 0.0, vs)
                     pv = (pr * vs[None, :]).to(DOT_DTYPE)
                     vc = tl.load(region + V_CODES + c[None, :] * BS + ts[:, None])  # channel-major
                     v_lo, v_hi = code_operands(vc, True, CODE_DTYPE, DOT_DTYPE, USE_PTX)
                     acc_lo = tl.dot(pv, v_lo, acc_lo * alpha[:, None])
                     acc_hi = tl.dot(pv, v_hi, acc_hi * alpha[:, None])
-                    if sub == 0:
+                    if sub == 0:  # the first value's high nibbles
                         p_first = tl.exp2(s_first - m_new)[:, None]  # = pr[:, 0], without a reduction
                         acc_lo += p_first * fv_lo[None, :]
                         acc_hi += p_first * fv_hi[None, :]

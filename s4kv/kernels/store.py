@@ -93,8 +93,8 @@ def _store_blocks_kernel(
     q_lo = tl.minimum(tl.maximum(tl.floor((x_lo - mn_lo[None, :]) * safe_inverse(s_lo)[None, :] + 0.5), 0.0), 15.0)
     q_hi = tl.minimum(tl.maximum(tl.floor((x_hi - mn_hi[None, :]) * safe_inverse(s_hi)[None, :] + 0.5), 0.0), 15.0)
     packed = q_lo.to(tl.uint8) | (q_hi.to(tl.uint8) << 4)
-    # Values: per token, symmetric; token 0 in 8 bits (s4kv.format), its upper half in the key's
-    # unused code row 0
+    # Values: per token, symmetric; token 0 in 8 bits (s4kv.format): the low nibbles in its value
+    # code row, the high nibbles in its key code row (unused: the key is exact)
     y_lo, vbad_lo = saturate(v_lo.to(tl.float32))
     y_hi, vbad_hi = saturate(v_hi.to(tl.float32))
     amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
@@ -107,7 +107,7 @@ def _store_blocks_kernel(
     w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
     f_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
     f_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
-    packed = tl.where(first_row, f_hi, packed)
+    packed = tl.where(first_row, (f_lo >> 4) | ((f_hi >> 4) << 4), packed)
     tl.store(region + t[:, None] * HALF + c[None, :], packed)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
@@ -117,7 +117,7 @@ def _store_blocks_kernel(
     tl.store(km_ptr + HALF + c, mn_hi.to(tl.float16))
 
     tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
-             tl.where(first_row, f_lo, w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4)))
+             tl.where(first_row, (f_lo & 0xF) | ((f_hi & 0xF) << 4), w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4)))
     tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
 
 
