@@ -113,8 +113,8 @@ def test_first_value_is_8_bit_in_the_first_tokens_code_bytes(d):
     err = (vq[:, 0] - vr[:, 0]).abs()
     assert torch.all(err <= fs[:, None] / 2 + 1e-6)
     assert torch.all(fs <= vr[:, 0].abs().amax(-1) / 127.5 * (1 + 2 ** -10))  # 17x finer than 4-bit
-    _, vs = fmt.quantize_values(vr[:, 1:])
-    assert torch.equal(vq[:, 1:], fmt.dequantize_values(fmt.quantize_values(vr[:, 1:])[0], vs.half().float()))
+    vc, vs = fmt.quantize_values(vr[:, 1:])
+    assert torch.equal(vq[:, 1:], fmt.dequantize_values(vc, vs.half().float()))
 
 
 def test_constant_channel_is_reproduced():

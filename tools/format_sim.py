@@ -86,6 +86,21 @@ def bytes_per_token(v: dict, d: int = 128) -> float:
     return b
 
 
+def _keys(x: torch.Tensor, excl: torch.Tensor) -> torch.Tensor:
+    """Per-channel keys as s4kv.format quantizes them, over groups of tokens: x [H, G, T, D] (fp16
+    range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
+    with every token excluded gets min 0 and scale 0 (its codes are unused)."""
+    big = torch.finfo(torch.float32).max
+    e = excl[None, :, :, None]
+    mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
+    mx = torch.where(e, -big, x).amax(dim=-2)
+    none = excl.all(dim=-1)[None, :, None]
+    mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
+    scale = fmt.fp16_up((mx - mn) / fmt.CODE_LEVELS)
+    codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, fmt.CODE_LEVELS)
+    return fmt.dequantize_keys(codes, scale, mn)
+
+
 def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     """k, v [H, T, D] exact (model dtype), T a multiple of BS -> dequantized k, v fp32 in the
     rotated basis, [H, T, D], as the variant stores them."""
@@ -99,26 +114,9 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     if var.get("first_key", 1):
         excl[:, 0] = True
     excl[0, :min(sink, BS)] = True
-    big = torch.finfo(torch.float32).max
     x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
-    e = excl[None, :, :, None]
-    mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
-    mx = torch.where(e, -big, x).amax(dim=-2)
-    if sink >= BS:  # block 0 entirely exact: its stats are unused
-        mn[:, 0], mx[:, 0] = 0.0, 0.0
-    scale = fmt.fp16_up((mx - mn) / fmt.CODE_LEVELS)
-    inv = torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, 1.0), 0.0).unsqueeze(-2)
-    codes = torch.floor((x - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, fmt.CODE_LEVELS)
-    kq = fmt.dequantize_keys(codes, scale, mn)
-    if var.get("kblock"):  # stats per sub-block: quantize each sub-block as its own "block"
-        tb = var["kblock"]
-        sub = x.reshape(h, nb * BS // tb, tb, d)
-        ex = excl.reshape(nb * BS // tb, tb)[None, :, :, None]
-        mn = fmt.fp16_down(torch.where(ex, big, sub).amin(dim=-2))
-        scale = fmt.fp16_up((torch.where(ex, -big, sub).amax(dim=-2) - mn) / fmt.CODE_LEVELS)
-        inv = torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, 1.0), 0.0).unsqueeze(-2)
-        codes = torch.floor((sub - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, fmt.CODE_LEVELS)
-        kq = fmt.dequantize_keys(codes, scale, mn).reshape(h, nb, BS, d)
+    tb = var.get("kblock", BS)  # key statistics per sub-block of tb tokens (default: the block)
+    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb)).reshape(h, nb, BS, d)
     gsz = var.get("vgroup", d)
     vg = vb.reshape(h, nb, BS, d // gsz, gsz)
     vc, vs = fmt.quantize_values(vg)
@@ -132,13 +130,9 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     vx = exact16.clone()
     if var.get("first_value") == 1:
         vx[:, 0] = True
-    elif var.get("first_value") == 8:  # symmetric int8 over the head: v ~ (code - 127.5) * s
-        v0 = vb[:, :, 0].clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
-        s8 = fmt.fp16_up(v0.abs().amax(-1) / 127.5)
-        inv8 = torch.where(s8 > 0, 1.0 / torch.where(s8 > 0, s8, 1.0), 0.0)
-        c8 = torch.floor(v0 * inv8[..., None] + 128.0).clamp(0, 255)
-        vq = vq.clone()
-        vq[:, :, 0] = (c8 - 127.5) * s8[..., None]
+    elif var.get("first_value") == 8:  # 8-bit codes, as s4kv.format stores the first value
+        c8, s8 = fmt.quantize_values(vb[:, :, 0], fmt.FIRST_VALUE_LEVELS)
+        vq[:, :, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
     kq = torch.where(kx[None, :, :, None], k16, kq)
     vq = torch.where(vx[None, :, :, None], v16, vq)
     if var.get("kq", 1) == 0:

@@ -103,11 +103,12 @@ def _store_blocks_kernel(
     vbad = (tl.max(vbad_lo.to(tl.int32), axis=1) + tl.max(vbad_hi.to(tl.int32), axis=1)) > 0
     vs = tl.where(vbad, float("nan"), vs)
     vinv = safe_inverse(vs)[:, None]
-    w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 8.0), 0.0), 15.0)
-    w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 8.0), 0.0), 15.0)
-    f_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
-    f_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + 128.0), 0.0), 255.0).to(tl.uint8)
-    packed = tl.where(first_row, (f_lo >> 4) | ((f_hi >> 4) << 4), packed)
+    # one grid per row: codes 0..15 (offset 8), token 0 codes 0..255 (offset 128)
+    top = tl.where(first_row, 255.0, 15.0)
+    offset = tl.where(first_row, 128.0, 8.0)
+    w_lo = tl.minimum(tl.maximum(tl.floor(y_lo * vinv + offset), 0.0), top).to(tl.uint8)
+    w_hi = tl.minimum(tl.maximum(tl.floor(y_hi * vinv + offset), 0.0), top).to(tl.uint8)
+    packed = tl.where(first_row, (w_lo >> 4) | ((w_hi >> 4) << 4), packed)
     tl.store(region + t[:, None] * HALF + c[None, :], packed)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
@@ -117,7 +118,7 @@ def _store_blocks_kernel(
     tl.store(km_ptr + HALF + c, mn_hi.to(tl.float16))
 
     tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
-             tl.where(first_row, (f_lo & 0xF) | ((f_hi & 0xF) << 4), w_lo.to(tl.uint8) | (w_hi.to(tl.uint8) << 4)))
+             (w_lo & 0xF) | ((w_hi & 0xF) << 4))  # 4-bit codes, or token 0's low nibbles
     tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
 
 
