@@ -12,7 +12,7 @@ The scheme (KIVI, in a rotated basis)
   page, and queries are rotated the same way before they meet a page; the part of the attention
   output that comes from pages is rotated back. q.k and p@V are unchanged (R R^T = I), but outlier
   channels are spread over all channels, so 4-bit codes lose far less. Pages live in the rotated
-  basis; exact tokens (the residual and this step's tokens) are used as they are, bit-identical
+  basis; exact tokens (the tail and this step's tokens) are used as they are, bit-identical
   to what a bf16/fp16 cache would hold.
 * Keys: per-channel asymmetric int4 (KIVI). For each (block of BLOCK_SIZE tokens, kv head,
   channel): min and scale over the block's tokens, ``k ~ code * scale + min``, code in 0..15.
@@ -32,9 +32,11 @@ The scheme (KIVI, in a rotated basis)
   (bf16, 3 x 2,048 tokens, tools/format_sim.py) it moved perplexity +0.69% -> +0.33% and
   top-1 agreement 0.961 -> 0.964 against bf16 (docs/format-variants.md).
 * Scales and mins are fp16 and live inside the page, so vLLM's allocator counts every byte.
-* A block is quantized only when it is full. Until then its tokens stay in the model dtype in a
-  per-request residual slot (see ``s4kv.residual``), so per-channel key statistics always cover a
-  whole block and the most recent tokens are exact.
+* A block is quantized only when it is full. Until then its tokens (the request's *tail*) stay
+  exact, in the model dtype, inside the request's own pages: the incomplete block's page and the
+  TAIL_BLOCKS - 1 pages after it (see "The exact tail" below), so per-channel key statistics
+  always cover a whole block, the most recent tokens are exact, and vLLM's allocator owns and
+  counts every byte a request holds.
 
 Which tokens a query sees quantized (the position rule)
 -------------------------------------------------------
@@ -64,6 +66,22 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
     [ key min     : D fp16                 ]  one per channel
     [ first key   : D x 16-bit             ]  exact key of the block's first token: the model
                                               dtype for fp16/bf16 models, bf16 for fp32 models
+
+The exact tail (one request's tokens after its last complete block, up to BLOCK_SIZE - 1)
+------------------------------------------------------------------------------------------
+A request of L tokens holds pages 0 .. L // BLOCK_SIZE + TAIL_BLOCKS - 1 (its scheduler asks vLLM
+for them, s4kv.backend.spec). Its tail block is b = L // BLOCK_SIZE; the tail lives in the regions
+of pages b .. b + TAIL_BLOCKS - 1, in the same kv-head region as that head's pages, as 2 * BLOCK_SIZE
+rows of D model-dtype elements: rows 0..BLOCK_SIZE-1 are the keys of tail tokens 0..BLOCK_SIZE-1,
+rows BLOCK_SIZE.. their values. A region holds R = region_bytes // (D * itemsize) whole rows
+(68 at head_dim 128, 69 at 64, 16-bit models), and row r sits in page b + r // R at byte
+(r % R) * D * itemsize of the region. When block b completes, its page is quantized over the first
+rows of its own tail (the store reads the whole tail before it writes), and the next tail starts
+in page b + 1. Tail pages are never shared: prefix caching shares complete blocks only, and a
+request always (re)starts at a block boundary (prefix-cache hits are whole blocks, a resumed
+request recomputes from its last cached block), so the tokens it reads from its tail are always
+ones it wrote. 16-bit models need TAIL_BLOCKS = 4 (256 rows in 4 x 68 or 4 x 69): a running
+request holds 3 pages more than a 16-bit cache would leave partly empty, and only while it runs.
 
 Bytes per token per kv head: D + 2 + 6 * D / BLOCK_SIZE (K and V together).
     head_dim 128: 128 + 2 + 6 = 136 B  (bf16: 512 B, 3.76x)
@@ -162,6 +180,25 @@ def bytes_per_token_per_head(head_size: int) -> int:
 def page_size_bytes(num_kv_heads: int, head_size: int, block_size: int = BLOCK_SIZE) -> int:
     """Bytes of one page (one block of every kv head of one layer)."""
     return num_kv_heads * PageLayout(head_size, block_size).region_bytes
+
+
+def tail_rows_per_region(head_size: int, itemsize: int = 2) -> int:
+    """Exact tail rows (D elements of `itemsize` bytes) that fit in one (block, kv head) region."""
+    return PageLayout(head_size).region_bytes // (head_size * itemsize)
+
+
+def tail_blocks(head_size: int, itemsize: int = 2) -> int:
+    """Pages that hold a request's exact tail: its incomplete block's page and the ones after it."""
+    return -(-2 * BLOCK_SIZE // tail_rows_per_region(head_size, itemsize))
+
+
+TAIL_BLOCKS = tail_blocks(128)  # 16-bit models, every supported head size
+assert all(tail_blocks(d) == TAIL_BLOCKS for d in SUPPORTED_HEAD_SIZES)
+
+
+def blocks_held(num_tokens: int, head_size: int = 128, itemsize: int = 2) -> int:
+    """Pages a request of `num_tokens` tokens holds: its complete blocks and its tail's pages."""
+    return num_tokens // BLOCK_SIZE + tail_blocks(head_size, itemsize)
 
 
 def density_vs(head_size: int, dtype_bytes: int = 2) -> float:
@@ -369,3 +406,45 @@ def fake_quantize_blocks(k: torch.Tensor, v: torch.Tensor):
     """What a full block reads back as after encode/decode, in the rotated basis:
     k, v [..., T, D] (exact, model dtype) -> fp32."""
     return decode_blocks(encode_blocks(k, v), k.shape[-1], k.dtype, k.shape[-2])
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact tail inside the pages
+
+
+def _tail_rows(regions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """regions uint8 [num_blocks, Hkv, region_bytes] -> a view [num_blocks, Hkv, R, D] of the tail
+    rows each region can hold, in `dtype` (writes go through to the pages)."""
+    nb, hkv, nbytes = regions.shape
+    d = next(h for h in SUPPORTED_HEAD_SIZES if PageLayout(h).region_bytes == nbytes)
+    rows = tail_rows_per_region(d, dtype.itemsize)
+    return regions[..., :rows * d * dtype.itemsize].view(dtype).view(nb, hkv, rows, d)
+
+
+def tail_index(tail_pages: torch.Tensor, rows_per_region: int, tail_rows: torch.Tensor):
+    """(page id, row inside the region) of tail rows: tail_pages [..., TAIL_BLOCKS] (the block
+    table entries b .. b + TAIL_BLOCKS - 1), tail_rows [..., n] (0..2*BLOCK_SIZE-1, broadcast)."""
+    j = torch.div(tail_rows, rows_per_region, rounding_mode="floor")
+    return torch.gather(tail_pages, -1, j.expand(*tail_pages.shape[:-1], j.shape[-1])), tail_rows % rows_per_region
+
+
+def read_tail(regions: torch.Tensor, tail_pages: torch.Tensor, n: int, dtype: torch.dtype):
+    """The first n exact tail tokens of requests: tail_pages [R, TAIL_BLOCKS] (int64, page ids
+    b .. b + TAIL_BLOCKS - 1 of each request's tail block b) -> k, v [R, Hkv, n, D] in `dtype`."""
+    rows = _tail_rows(regions, dtype)
+    t = torch.arange(n, device=tail_pages.device)[None, :]
+    out = []
+    for base in (0, BLOCK_SIZE):  # keys, then values
+        page, r = tail_index(tail_pages, rows.shape[2], base + t)
+        out.append(rows[page, :, r].transpose(1, 2))  # [R, n, Hkv, D] -> [R, Hkv, n, D]
+    return out[0], out[1]
+
+
+def write_tail(regions: torch.Tensor, tail_pages: torch.Tensor, pos: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> None:
+    """Write tail tokens: tail_pages [R, TAIL_BLOCKS], pos [R, n] (token index in the tail block),
+    k, v [R, n, Hkv, D] (model dtype)."""
+    rows = _tail_rows(regions, k.dtype)
+    for base, x in ((0, k), (BLOCK_SIZE, v)):
+        page, r = tail_index(tail_pages, rows.shape[2], base + pos)
+        rows[page, :, r] = x

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from s4kv import format as fmt
 
 SUPPORTED_MODEL_DTYPES_CUDA = ("bfloat16", "float16")
-SUPPORTED_MODEL_DTYPES_CPU = ("bfloat16", "float16", "float32")
+# exact tails are stored in the model dtype inside 4 pages (s4kv.format): 16-bit models only
+SUPPORTED_MODEL_DTYPES_CPU = ("bfloat16", "float16")
 MIN_CUDA_CAPABILITY = (8, 0)  # Ampere (A10G, A100, L4, L40S) through Hopper (H100, H200)
 
 # Models whose attention has learned per-head sink logits (not in the KV cache, but the kernels
@@ -107,7 +108,8 @@ def engine_reasons(m: ModelFacts, e: EngineFacts) -> list[str]:
             reasons.append(f"GPU compute capability {cap} (needs sm80 or newer: A10G, L4, L40S, A100, H100, H200)")
     elif e.platform == "cpu":
         if m.dtype not in SUPPORTED_MODEL_DTYPES_CPU:
-            reasons.append(f"model dtype {m.dtype} (supported on CPU: {', '.join(SUPPORTED_MODEL_DTYPES_CPU)})")
+            reasons.append(f"model dtype {m.dtype} (supported on CPU: {', '.join(SUPPORTED_MODEL_DTYPES_CPU)}; the exact "
+                           f"tail is kept in the model dtype inside the pages, sized for 16 bits)")
     else:
         reasons.append(f"platform '{e.platform}' (supported: cuda, cpu)")
     if e.block_size is not None and e.block_size != fmt.BLOCK_SIZE:
@@ -115,22 +117,23 @@ def engine_reasons(m: ModelFacts, e: EngineFacts) -> list[str]:
     if e.speculative:
         reasons.append("speculative decoding (rejected draft tokens could be quantized into a block)")
     if e.kv_transfer:
-        reasons.append("KV transfer connectors (they move pages but not the residual window)")
+        reasons.append("KV transfer connectors (they move a request's complete blocks, not the pages of its exact tail)")
     if e.kv_offloading:
-        reasons.append("KV offloading (it moves pages but not the residual window)")
+        reasons.append("KV offloading (it moves a request's complete blocks, not the pages of its exact tail)")
     if e.skip_layers:
         reasons.append(f"--kv-cache-dtype-skip-layers {e.skip_layers} (mixed page formats are not supported)")
     if e.decode_context_parallel > 1 or e.prefill_context_parallel > 1:
         reasons.append("decode/prefill context parallelism")
     if e.data_parallel > 1:
         reasons.append(f"data parallelism (data_parallel_size {e.data_parallel}: an idle rank runs dummy batches whose "
-                       f"rows would write into live requests' residual slots)")
+                       f"rows carry stale block tables, and int4_kivi writes the pages of the exact tail a "
+                       f"row's block table lists)")
     if e.ubatching:
         reasons.append("dual-batch overlap / micro-batching (--enable-dbo, --ubatch-size > 1: the micro-batches "
                        "would share one decode workspace)")
     if e.sleep_mode:
         reasons.append("sleep mode (--enable-sleep-mode: level 2 discards the memory of int4_kivi's rotation "
-                       "operands, residual slots and scratch, which are not rebuilt on wake-up)")
+                       "operands and workspaces, which are not rebuilt on wake-up)")
     return reasons
 
 

@@ -42,27 +42,16 @@ def select_attn_backend(selected_backend, attn_selector_config, num_heads=None):
     return S4KVAttentionBackend
 
 
-def on_batch_updated(scheduler_output, req_ids) -> None:
-    """V1 model runner, once per step after the persistent batch is final (finished and preempted
-    requests are known, rows are in their final order): assign/free residual slots."""
-    from s4kv.residual import slot_table
-
-    slot_table().update(scheduler_output.finished_req_ids,
-                        getattr(scheduler_output, "preempted_req_ids", None), req_ids)
-
-
-def on_batch_v2(idx_mapping_np, num_reqs: int) -> None:
-    """vLLM 0.24 V2 model runner, before every metadata build: the stable per-request index of each
-    row is its residual slot."""
-    from s4kv.backend.metadata import V2Slots
-
-    V2Slots.set(idx_mapping_np, num_reqs)
+def block_table_width(max_model_len: int) -> int:
+    """vLLM 0.24 model runners (V1 and V2): block-table entries per request. A request holds the
+    pages of its exact tail past its complete blocks (s4kv.backend.spec); 0.32 asks the spec."""
+    return fmt.blocks_held(max_model_len)
 
 
 def kv_cache_spec(layer, vllm_config):
-    """vLLM 0.24 ``Attention.get_kv_cache_spec``: a full-attention spec whose page size is the real
-    int4_kivi page (0.32 gets the same through ``S4KVAttentionBackend.customize_spec``)."""
-    from s4kv.backend.spec024 import S4KVFullAttentionSpec
+    """vLLM 0.24 ``Attention.get_kv_cache_spec``: the int4_kivi spec (real page size, exact tails
+    held in pages; 0.32 gets the same through ``S4KVAttentionBackend.customize_spec``)."""
+    from s4kv.backend.spec import S4KVFullAttentionSpec
 
     return S4KVFullAttentionSpec(
         block_size=vllm_config.cache_config.block_size,

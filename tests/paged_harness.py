@@ -1,5 +1,5 @@
 """A minimal paged runtime for testing int4_kivi implementations without vLLM: pages, block tables,
-residual slots, and requests scheduled in chunks, checked against s4kv.reference."""
+exact tails inside the pages, and requests scheduled in chunks, checked against s4kv.reference."""
 
 import torch
 
@@ -11,22 +11,35 @@ BS = fmt.BLOCK_SIZE
 
 
 class Engine:
-    """A minimal paged runtime around torch_ops.forward: pages, block tables, residual slots."""
+    """A minimal paged runtime around torch_ops.forward: pages and block tables. Like vLLM's
+    scheduler it gives a request of L tokens fmt.blocks_held(L) pages (its tail's too), and freed
+    pages go back to the pool dirty, first in line to be reused."""
 
-    def __init__(self, hq, hkv, d, dtype, num_blocks=64, num_slots=8, seed=0, ops=None, device="cpu"):
+    def __init__(self, hq, hkv, d, dtype, num_blocks=64, seed=0, ops=None, device="cpu"):
         from s4kv.backend import torch_ops
 
         self.ops = ops or torch_ops
         self.device = torch.device(device)
         self.hq, self.hkv, self.d, self.dtype = hq, hkv, d, dtype
-        self.regions = torch.zeros(num_blocks, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8,
-                                   device=device)
-        self.res = torch.zeros(num_slots, 2, hkv, BS, d, dtype=dtype, device=device)
+        # Pages start as noise (NaN and inf bit patterns included): nothing may read a byte it did not write.
+        self.regions = torch.randint(0, 256, (num_blocks, hkv, fmt.PageLayout(d).region_bytes), dtype=torch.uint8,
+                                     generator=torch.Generator().manual_seed(seed + 2)).to(device)
         self.free_blocks = list(torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist())
         self.g = torch.Generator().manual_seed(seed + 1)
-        self.reqs = {}  # name -> dict(q, k, v (full sequences), blocks, slot, done)
+        self.reqs = {}  # name -> dict(q, k, v (full sequences), blocks, done)
 
-    def add(self, name, length, slot, shared_prefix_of=None, shared_blocks=0):
+    def held(self, num_tokens):
+        return fmt.blocks_held(num_tokens, self.d, self.dtype.itemsize)
+
+    def free(self, name, keep_blocks=0):
+        """Give back a request's pages after its first keep_blocks (a preemption keeps the cached
+        complete blocks and resumes there; a finished request keeps none)."""
+        r = self.reqs[name]
+        self.free_blocks += r["blocks"][keep_blocks:][::-1]
+        r["blocks"] = r["blocks"][:keep_blocks]
+        r["done"] = min(r["done"], keep_blocks * BS)
+
+    def add(self, name, length, shared_prefix_of=None, shared_blocks=0):
         g = self.g
         q = torch.randn(length, self.hq, self.d, generator=g).to(self.dtype)
         k = torch.randn(length, self.hkv, self.d, generator=g).to(self.dtype)
@@ -39,23 +52,22 @@ class Engine:
             k[:n], v[:n] = src["k"][:n], src["v"][:n]
             blocks = src["blocks"][:shared_blocks]
             done = n
-        self.reqs[name] = {"q": q, "k": k, "v": v, "blocks": blocks, "slot": slot, "done": done}
+        self.reqs[name] = {"q": q, "k": k, "v": v, "blocks": list(blocks), "done": done}
 
     def step(self, schedule):
         """schedule: list of (name, num_tokens). Returns {name: (out, ctx)}."""
-        qs, ks, vs, qsl, seq, slots, tables = [], [], [], [0], [], [], []
+        qs, ks, vs, qsl, seq, tables = [], [], [], [0], [], []
         for name, n in schedule:
             r = self.reqs[name]
             ctx, end = r["done"], r["done"] + n
             assert end <= r["q"].shape[0], "schedule past the end of the request"
-            while len(r["blocks"]) * BS < end:
+            while len(r["blocks"]) < self.held(end):
                 r["blocks"].append(self.free_blocks.pop())
             qs.append(r["q"][ctx:end])
             ks.append(r["k"][ctx:end])
             vs.append(r["v"][ctx:end])
             qsl.append(qsl[-1] + n)
             seq.append(end)
-            slots.append(r["slot"])
             tables.append(r["blocks"])
         width = max(len(t) for t in tables)
         bt = torch.zeros(len(tables), width, dtype=torch.int32)
@@ -63,19 +75,17 @@ class Engine:
             bt[i, :len(t)] = torch.tensor(t)
         qsl_t = torch.tensor(qsl, dtype=torch.int32)
         seq_t = torch.tensor(seq, dtype=torch.int32)
-        slots_t = torch.tensor(slots, dtype=torch.int32)
         dev = self.device
         md = S4KVMetadata(
             num_reqs=len(schedule), num_actual_tokens=qsl[-1], max_query_len=max(n for _, n in schedule),
             max_seq_len=max(seq), query_start_loc=qsl_t.to(dev), seq_lens=seq_t.to(dev),
-            block_table=bt.to(dev), slots=slots_t.to(dev),
-            query_start_loc_cpu=qsl_t, seq_lens_cpu=seq_t, slots_cpu=slots_t)
+            block_table=bt.to(dev), query_start_loc_cpu=qsl_t, seq_lens_cpu=seq_t)
         plan_launch(md, self.hkv, num_sms=4, uniform_decode=all(n == 1 for _, n in schedule))
         q = torch.cat(qs).to(self.device)
         k = torch.cat(ks).to(self.device)
         v = torch.cat(vs).to(self.device)
         out = torch.full(q.shape, float("nan"), device=self.device)  # poison: every row must be written
-        self.ops.forward(q, k, v, self.regions, self.res, md, self.d ** -0.5, out)
+        self.ops.forward(q, k, v, self.regions, md, self.d ** -0.5, out)
         out = out.cpu()
         result = {}
         for i, (name, n) in enumerate(schedule):

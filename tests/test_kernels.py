@@ -47,18 +47,16 @@ def test_store_matches_format(dtype, d):
     v = torch.randn(n, hkv, d, generator=g).to(dtype)
     k[7, 1, 3] = float("nan")  # poisons the keys of (block 0, head 1) only
     regions = torch.zeros(8, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8, device=DEVICE)
-    res = torch.zeros(2, 2, hkv, BS, d, dtype=dtype, device=DEVICE)
 
     def i32(x, dev=DEVICE):
         return torch.tensor(x, dtype=torch.int32, device=dev)
 
     md = S4KVMetadata(num_reqs=1, num_actual_tokens=n, max_query_len=n, max_seq_len=n,
-                      query_start_loc=i32([0, n]), seq_lens=i32([n]), block_table=i32([[5, 2, 7]]),
-                      slots=i32([0]), query_start_loc_cpu=i32([0, n], "cpu"), seq_lens_cpu=i32([n], "cpu"),
-                      slots_cpu=i32([0], "cpu"))
+                      query_start_loc=i32([0, n]), seq_lens=i32([n]), block_table=i32([[5, 2, 7, 0, 0, 0]]),
+                      query_start_loc_cpu=i32([0, n], "cpu"), seq_lens_cpu=i32([n], "cpu"))
     plan_launch(md, hkv, num_sms=4)
     assert md.max_new_blocks == 2
-    store_blocks(k.to(DEVICE), v.to(DEVICE), res, regions, md, md.max_new_blocks)
+    store_blocks(k.to(DEVICE), v.to(DEVICE), regions, md, md.max_new_blocks)
     expect = fmt.encode_blocks(k[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2),
                                v[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2))
     regions = regions.cpu()
@@ -86,9 +84,9 @@ def test_store_matches_format(dtype, d):
 @pytest.mark.parametrize("hq,hkv,d", [(4, 4, 64), (8, 2, 128), (7, 1, 64)])
 def test_mixed_batches_against_reference(dtype, hq, hkv, d):
     e = _engine(hq, hkv, d, dtype)
-    e.add("a", 420, slot=0)
-    e.add("b", 300, slot=3)
-    e.add("c", 200, slot=1)
+    e.add("a", 420)
+    e.add("b", 300)
+    e.add("c", 200)
     tol = TOL[dtype]
     check(e, e.step([("a", 200), ("b", 77)]), tol)  # chunks crossing block boundaries, odd lengths
     check(e, e.step([("b", 1), ("a", 150), ("c", 129)]), tol)  # decode row + chunk rows
@@ -98,8 +96,8 @@ def test_mixed_batches_against_reference(dtype, hq, hkv, d):
 
 def test_decode_completing_a_block_and_single_token_request():
     e = _engine(8, 2, 64, torch.bfloat16)
-    e.add("a", BS + 2, slot=2)
-    e.add("one", 1, slot=4)
+    e.add("a", BS + 2)
+    e.add("one", 1)
     tol = TOL[torch.bfloat16]
     check(e, e.step([("a", BS - 1)]), tol)
     check(e, e.step([("a", 1), ("one", 1)]), tol)  # a's token BS-1 completes block 0
@@ -108,11 +106,10 @@ def test_decode_completing_a_block_and_single_token_request():
 
 def test_prefix_hit_and_empty_rows():
     e = _engine(4, 2, 128, torch.float16)
-    e.add("a", 300, slot=0)
+    e.add("a", 300)
     e.step([("a", 260)])
-    e.add("b", 290, slot=5, shared_prefix_of="a", shared_blocks=2)
-    e.res[5].normal_()
-    e.add("pad", 1, slot=7)
+    e.add("b", 290, shared_prefix_of="a", shared_blocks=2)
+    e.add("pad", 1)
     res = e.step([("b", 1), ("pad", 0)])  # b starts as a decode right at its prefix hit
     check(e, {"b": res["b"]}, TOL[torch.float16])
     check(e, e.step([("b", 20)]), TOL[torch.float16])
@@ -123,7 +120,7 @@ def test_many_splits():
     from s4kv.kernels import decode
 
     e = _engine(4, 1, 64, torch.bfloat16, num_blocks=16)
-    e.add("a", 5 * BS + 3, slot=1)
+    e.add("a", 5 * BS + 3)
     e.step([("a", 5 * BS + 2)])
     orig = decode.num_splits
     try:
@@ -142,7 +139,7 @@ def test_decode_sub_tiles(d, sub):
     from s4kv import kernels
 
     e = _engine(8, 2, d, torch.float16, num_blocks=16)
-    e.add("a", 3 * BS + 4, slot=0)
+    e.add("a", 3 * BS + 4)
     e.step([("a", 3 * BS + 1)])
     saved = dict(kernels.LAUNCH)
     kernels.LAUNCH[("decode", d)] = {"SUB": sub}
@@ -163,16 +160,32 @@ def test_chunk_attention_at_every_kind_of_boundary(dtype, hq, hkv, d):
     that starts right after a boundary, chunks of 2 and of more than two blocks, several chunk rows
     and a decode row in one batch."""
     e = _engine(hq, hkv, d, dtype)
-    e.add("a", 5 * BS + 9, slot=0)
-    e.add("b", 3 * BS + 40, slot=1)
-    e.add("c", 2 * BS + 3, slot=2)
-    e.add("empty", 1, slot=3)
+    e.add("a", 5 * BS + 9)
+    e.add("b", 3 * BS + 40)
+    e.add("c", 2 * BS + 3)
+    e.add("empty", 1)
     tol = TOL[dtype]
     check(e, e.step([("a", BS - 1), ("b", 2 * BS)]), tol)  # a: up to the last token of block 0; b ends on one
     check(e, e.step([("a", 2), ("b", 1), ("c", BS + 1)]), tol)  # a: 127..128; b: a decode; c: just past one
     check(e, e.step([("c", BS + 2), ("a", 2 * BS + 70)]), tol)  # chunks over pages, residual and themselves
     res = e.step([("b", 1), ("a", BS - 64), ("empty", 0)])  # a row with no query, after a chunk row
     check(e, {name: res[name] for name in ("a", "b")}, tol)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_chunk_writes_the_pages_its_old_tail_lives_in(d):
+    """A chunk that starts inside a block and completes more blocks than the tail's pages: the
+    store overwrites the pages holding the old tail (s4kv.format, "The exact tail"), so the tail
+    must be read (staged, and quantized into its block) before any of them is written. Then
+    decodes over the result, next to a row whose decode completes a block in the same step."""
+    e = _engine(8, 2, d, torch.bfloat16)
+    e.add("a", 7 * BS)
+    e.add("b", 2 * BS)
+    tol = TOL[torch.bfloat16]
+    check(e, e.step([("a", 100), ("b", BS - 1)]), tol)
+    check(e, e.step([("b", 1), ("a", 5 * BS + 3)]), tol)  # b completes block 0; a: 100 -> 743, 5 blocks
+    for _ in range(2):
+        check(e, e.step([("a", 1), ("b", 1)]), tol)
 
 
 def test_chunk_attention_in_waves_equals_one_wave():
@@ -183,7 +196,7 @@ def test_chunk_attention_in_waves_equals_one_wave():
     def run(capacity):
         e = _engine(8, 2, 64, torch.float16)
         for name, n in (("a", 3 * BS + 5), ("b", 2 * BS + 7), ("c", 90)):
-            e.add(name, n, slot=len(e.reqs))
+            e.add(name, n)
         e.step([("a", 2 * BS + 1), ("b", BS)])
         key = ChunkWorkspace._key(2, 64, DEVICE)
         saved = ChunkWorkspace._reserved.pop(key, None)
@@ -208,32 +221,34 @@ def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
     dtype; exact pages are the exact tokens, zeros after the row's last one."""
     from s4kv.kernels.batch import S4KVMetadata
     from s4kv.kernels.chunk import ChunkWorkspace, stage_pages
-    from s4kv.kernels.chunk_plan import plan_chunks, to_device
+    from s4kv.kernels.chunk_plan import EXACT, PAGE, plan_chunks, to_device
 
     dtype, hkv, d = torch.float16, 2, 128
     g = torch.Generator().manual_seed(3)
     n = 2 * BS + 17
     k = (torch.randn(n, hkv, d, generator=g) * 2).to(dtype)
     v = torch.randn(n, hkv, d, generator=g).to(dtype)
-    regions = torch.zeros(6, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
+    regions = torch.randint(0, 256, (8, hkv, fmt.PageLayout(d).region_bytes), dtype=torch.uint8, generator=g)
     regions[[4, 1]] = fmt.encode_blocks(k[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2),
                                         v[:2 * BS].reshape(2, BS, hkv, d).transpose(1, 2))
-    res = torch.zeros(1, 2, hkv, BS, d, dtype=dtype)
-    res[0, 0, :, :10] = k[2 * BS:2 * BS + 10].transpose(0, 1)  # 10 tokens of block 2 already there
-    res[0, 1, :, :10] = v[2 * BS:2 * BS + 10].transpose(0, 1)
+    table = [4, 1, 5, 7, 0, 3]  # 2 complete blocks, then the tail's pages
+    tail_pages = torch.tensor([table[2:]])
+    old = slice(2 * BS, 2 * BS + 10)  # 10 tokens of block 2 already in its exact tail
+    fmt.write_tail(regions, tail_pages, torch.arange(10)[None], k[old][None], v[old][None])
     new = slice(2 * BS + 10, n)  # this step: 7 tokens
 
     def i32(x):
         return torch.tensor(x, dtype=torch.int32)
 
-    md = S4KVMetadata(1, 7, 7, n, i32([0, 7]).to(DEVICE), i32([n]).to(DEVICE), i32([[4, 1, 5]]).to(DEVICE),
-                      i32([0]).to(DEVICE), i32([0, 7]), i32([n]), i32([0]))
+    md = S4KVMetadata(1, 7, 7, n, i32([0, 7]).to(DEVICE), i32([n]).to(DEVICE), i32([table]).to(DEVICE),
+                      i32([0, 7]), i32([n]))
     (wave,) = to_device(plan_chunks(md.query_start_loc_cpu.numpy(), md.seq_lens_cpu.numpy(), 0, None), DEVICE)
     assert wave.jobs.tolist() == [[0, 0, 0], [0, 1, 0], [0, 2, 1]]
     kp, vp = ChunkWorkspace.get(3, hkv, d, DEVICE)
     kp.fill_(float("nan"))
     vp.fill_(float("nan"))
-    stage_pages(wave, k[new].to(DEVICE), v[new].to(DEVICE), res.to(DEVICE), regions.to(DEVICE), md, kp, vp)
+    for kind in (EXACT, PAGE):
+        stage_pages(wave, k[new].to(DEVICE), v[new].to(DEVICE), regions.to(DEVICE), md, kp, vp, kind)
     kq, vq = fmt.decode_blocks(regions[[4, 1]], d, dtype)  # [2, Hkv, BS, D], rotated basis
     want_k, want_v = fmt.unrotate(kq).transpose(1, 2), fmt.unrotate(vq).transpose(1, 2)  # [2, BS, Hkv, D]
     for got, want in ((kp[:2].float().cpu(), want_k), (vp[:2].float().cpu(), want_v)):
@@ -256,10 +271,10 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
     from s4kv.kernels.chunk import chunk_attention
 
     dtype, d = torch.float16, 64
-    q, k, v, res, regions, md, out = prefill_inputs(2 * BS + 5, 70, 4, 2, d, dtype, device=DEVICE)
-    chunk_attention(q, k, v, res, regions, md, 0, d ** -0.5, out)
+    q, k, v, regions, md, out = prefill_inputs(2 * BS + 5, 70, 4, 2, d, dtype, device=DEVICE)
+    chunk_attention(q, k, v, regions, md, 0, d ** -0.5, out, store=False)
     ref = torch.empty_like(out)
-    torch_ops.forward(q, k, v, regions, res, md, d ** -0.5, ref, store=False)
+    torch_ops.forward(q, k, v, regions, md, d ** -0.5, ref, store=False)
     assert torch.isfinite(out).all()
     err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
     assert err < TOL[dtype], err
@@ -276,8 +291,8 @@ def test_decode_step_replays_in_a_cuda_graph():
     e = _engine(hq, hkv, d, dtype, num_blocks=64)
     steps = 45
     # prefills end 13, 1 and 3 tokens before a block boundary: the replays cross one in every row
-    for name, length, slot in [("a", 768 - 13 + steps, 0), ("b", 256 - 1 + steps, 1), ("c", 1024 - 3 + steps, 2)]:
-        e.add(name, length, slot=slot)
+    for name, length in [("a", 768 - 13 + steps), ("b", 256 - 1 + steps), ("c", 1024 - 3 + steps)]:
+        e.add(name, length)
         e.step([(name, length - steps)])
     sched = [("a", 1), ("b", 1), ("c", 1)]
     # static buffers the graph reads
@@ -285,25 +300,22 @@ def test_decode_step_replays_in_a_cuda_graph():
     qsl = torch.arange(4, dtype=torch.int32, device="cuda")
     seq = torch.zeros(3, dtype=torch.int32, device="cuda")
     bt = torch.zeros(3, width, dtype=torch.int32, device="cuda")
-    slots = torch.zeros(3, dtype=torch.int32, device="cuda")
     q = torch.zeros(3, hq, d, dtype=dtype, device="cuda")
     k = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
     v = torch.zeros(3, hkv, d, dtype=dtype, device="cuda")
     out = torch.zeros(3, hq, d, dtype=dtype, device="cuda")
     cpu = torch.arange(4, dtype=torch.int32)
-    md = S4KVMetadata(3, 3, 1, 4096, qsl, seq, bt, slots, cpu, torch.full((3,), 4096, dtype=torch.int32),
-                      torch.zeros(3, dtype=torch.int32))
+    md = S4KVMetadata(3, 3, 1, 4096, qsl, seq, bt, cpu, torch.full((3,), 4096, dtype=torch.int32))
     plan_launch(md, hkv, num_sms=torch.cuda.get_device_properties(0).multi_processor_count, uniform_decode=True)
 
     def fill():
         for i, (name, _) in enumerate(sched):
             req = e.reqs[name]
             p = req["done"]
-            while len(req["blocks"]) * 128 <= p:
+            while len(req["blocks"]) < e.held(p + 1):
                 req["blocks"].append(e.free_blocks.pop())
             seq[i] = p + 1
             bt[i, :len(req["blocks"])] = torch.tensor(req["blocks"], dtype=torch.int32)
-            slots[i] = req["slot"]
             q[i] = req["q"][p].cuda()
             k[i] = req["k"][p].cuda()
             v[i] = req["v"][p].cuda()
@@ -311,12 +323,12 @@ def test_decode_step_replays_in_a_cuda_graph():
     fill()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up compiles the kernels outside the capture
-        triton_ops.forward(q, k, v, e.regions, e.res.clone(), md, d ** -0.5, out.clone())
+    with torch.cuda.stream(s):  # warm-up compiles the kernels outside the capture (on a copy of the pages)
+        triton_ops.forward(q, k, v, e.regions.clone(), md, d ** -0.5, out.clone())
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        triton_ops.forward(q, k, v, e.regions, e.res, md, d ** -0.5, out)
+        triton_ops.forward(q, k, v, e.regions, md, d ** -0.5, out)
     for step in range(steps):
         fill()
         graph.replay()
@@ -339,8 +351,8 @@ def test_startup_self_check_passes_and_refuses_a_wrong_kernel(monkeypatch):
     selfcheck.check_kernels(8, 2, 64, torch.float16, torch.device(DEVICE))
     real = triton_ops.decode_attention
 
-    def off_by_a_bit(q, k, v, res, regions, md, num_decodes, sm_scale, out, splits):
-        real(q, k, v, res, regions, md, num_decodes, sm_scale * 1.25, out, splits)
+    def off_by_a_bit(q, k, v, regions, md, num_decodes, sm_scale, out, splits):
+        real(q, k, v, regions, md, num_decodes, sm_scale * 1.25, out, splits)
 
     monkeypatch.setattr(triton_ops, "decode_attention", off_by_a_bit)
     with pytest.raises(selfcheck.KernelSelfCheckError, match="decode attention of positions 293..293"):

@@ -143,14 +143,13 @@ def device_defaults(cc: int, kernel: str, head_size: int) -> dict:
 
 
 def _metadata(rows: int, qlen: int, seq_len: int):
-    """Metadata of `rows` requests, each `qlen` new tokens ending at `seq_len` (slots 0..rows-1)."""
+    """Metadata of `rows` requests, each `qlen` new tokens ending at `seq_len`."""
     from s4kv.kernels.batch import S4KVMetadata
 
     i32 = lambda x: torch.tensor(x, dtype=torch.int32)
     qsl = i32([i * qlen for i in range(rows + 1)])
     return S4KVMetadata(rows, rows * qlen, qlen, seq_len, qsl, i32([seq_len] * rows),
-                        torch.zeros(rows, 16, dtype=torch.int32), i32(list(range(rows))),
-                        qsl.clone(), i32([seq_len] * rows), i32(list(range(rows))))
+                        torch.zeros(rows, 16, dtype=torch.int32), qsl.clone(), i32([seq_len] * rows))
 
 
 def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
@@ -172,11 +171,10 @@ def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
 
 
 def _cache_tensors(rows: int, hkv: int, d: int, dt):
-    """Zero pages and residual slots for `rows` requests (compiling reads only their shapes)."""
+    """Zero pages for `rows` requests, exact tails included (compiling reads only their shapes)."""
     from s4kv import format as fmt
 
-    regions = torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
-    return regions, torch.zeros(rows, 2, hkv, fmt.BLOCK_SIZE, d, dtype=dt)
+    return torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
 
 
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -188,11 +186,11 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     dt = DTYPES[dtype]
     rows = 8
     md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
-    regions, res = _cache_tensors(rows, hkv, d, dt)
+    regions = _cache_tensors(rows, hkv, d, dt)
     q = torch.zeros(rows, hq, d, dtype=dt)
     k = torch.zeros(rows, hkv, d, dtype=dt)
     kern, opts = _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
-        q, k, k.clone(), res, regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
+        q, k, k.clone(), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
     return _facts(cc, shape, dtype, opts, kern, page)
@@ -202,18 +200,18 @@ def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the chunk path's stage kernel (int4 pages -> 16-bit scratch pages for FlashAttention)
     for one launch configuration; loop facts of its largest loop, if any."""
     from s4kv.kernels import chunk
-    from s4kv.kernels.chunk_plan import plan_chunks, to_device
+    from s4kv.kernels.chunk_plan import PAGE, plan_chunks, to_device
 
     _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
     rows, qlen = 2, 256
     md = _metadata(rows, qlen, 1000)
-    regions, res = _cache_tensors(rows, hkv, d, dt)
+    regions = _cache_tensors(rows, hkv, d, dt)
     k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
     (wave,) = to_device(plan_chunks(md.query_start_loc_cpu.numpy(), md.seq_lens_cpu.numpy(), 0, None), "cpu")
     kp = torch.zeros(len(wave.jobs), 128, hkv, d, dtype=chunk.STAGE_DTYPE)
     kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
-                           lambda: chunk.stage_pages(wave, k, k.clone(), res, regions, md, kp, kp.clone()))
+                           lambda: chunk.stage_pages(wave, k, k.clone(), regions, md, kp, kp.clone(), PAGE))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
     return _facts(cc, shape, dtype, opts, kern, page)
@@ -229,10 +227,10 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     dt = DTYPES[dtype]
     rows, qlen = 2, fmt.BLOCK_SIZE
     md = _metadata(rows, qlen, qlen)
-    regions, res = _cache_tensors(rows, hkv, d, dt)
+    regions = _cache_tensors(rows, hkv, d, dt)
     k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
     kern, opts = _compiled(cc, "store", d, options, store._store_blocks_kernel,
-                           lambda: store.store_blocks(k, k.clone(), res, regions, md, 1))
+                           lambda: store.store_blocks(k, k.clone(), regions, md, 1))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: sum(c.values())) if bodies else collections.Counter()
     return _facts(cc, shape, dtype, opts, kern, page)

@@ -6,7 +6,7 @@ One class serves vLLM 0.24 and 0.32: each version calls only its own page-shapin
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import ClassVar
 
 import torch
@@ -16,7 +16,7 @@ from s4kv import format as fmt
 
 
 class S4KVAttentionBackend(AttentionBackend):
-    # The store needs per-request state (the residual slot), which only forward() has.
+    # The store needs each row's exact tail and complete blocks together, which only forward() has.
     forward_includes_kv_cache_update: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = [fmt.KV_CACHE_DTYPE]
@@ -56,7 +56,15 @@ class S4KVAttentionBackend(AttentionBackend):
     # vLLM 0.32: the page content per (block, head, token)
     @classmethod
     def customize_spec(cls, spec):
-        return replace(spec, state_content_bytes=fmt.bytes_per_token_per_head(spec.head_size))
+        from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+        from s4kv.backend.spec import S4KVFullAttentionSpec
+
+        content = fmt.bytes_per_token_per_head(spec.head_size)
+        if type(spec) is not FullAttentionSpec:  # refused at startup (s4kv.validation)
+            return replace(spec, state_content_bytes=content)
+        base = {f.name: getattr(spec, f.name) for f in fields(spec)}
+        return S4KVFullAttentionSpec(**{**base, "state_content_bytes": content})
 
     @classmethod
     def supported_kv_cache_layouts(cls):

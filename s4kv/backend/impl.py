@@ -1,4 +1,4 @@
-"""The int4_kivi attention impl: rotation, residual slots, and dispatch to the store + attention ops."""
+"""The int4_kivi attention impl: startup checks, workspaces, and dispatch to the store + attention ops."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from vllm.logger import init_logger
 from vllm.v1.attention.backend import AttentionImpl, AttentionType
 
 from s4kv import format as fmt
-from s4kv import residual
 from s4kv.kernels import num_sms
 from s4kv.validation import UnsupportedModelError
 
-logger = init_logger(__name__)
+# a child of vLLM's logger, so that its handlers (the engine log) print these lines
+logger = init_logger(f"vllm.{__name__}")
 
 
 class S4KVAttentionImpl(AttentionImpl):
@@ -49,32 +49,41 @@ class S4KVAttentionImpl(AttentionImpl):
         self.kv_sharing_target_layer_name = None
         from vllm.config import get_current_vllm_config
 
-        # One slot per schedulable request plus the scratch slot (see s4kv.residual).
         conf = get_current_vllm_config()
-        max_num_seqs = conf.scheduler_config.max_num_seqs
-        self.num_slots = max_num_seqs + 1
+        self.max_num_seqs = conf.scheduler_config.max_num_seqs
+        self.num_layers = conf.model_config.get_num_layers(conf.parallel_config)
         # Chunk attention stages pages for one row of max_model_len plus a full chunk (s4kv.kernels.chunk_plan).
         from s4kv.kernels.chunk_plan import scratch_pages
 
         self.chunk_scratch_pages = scratch_pages(conf.model_config.max_model_len,
                                                  conf.scheduler_config.max_num_batched_tokens)
-        residual.slot_table(max_num_seqs)  # created here, where the engine config is known
-        self.residual: torch.Tensor | None = None
+        self._ops = None
 
     def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
-        # Allocated while the model loads, so vLLM's memory profiling counts it before it sizes the
-        # KV cache (the residual is the only memory the block allocator does not manage itself).
-        self._allocate(act_dtype, _current_device())
+        # Workspaces are reserved while the model loads, so vLLM's memory profiling counts them
+        # before it sizes the KV cache. Requests keep nothing outside their pages (their exact
+        # tails are in pages vLLM allocates and counts, s4kv.backend.spec).
+        self._prepare(act_dtype, _current_device())
 
-    def _allocate(self, dtype: torch.dtype, device: torch.device) -> None:
-        self.residual = torch.zeros(self.num_slots, 2, self.num_kv_heads, fmt.BLOCK_SIZE, self.head_size,
-                                    dtype=dtype, device=device)
+    def _prepare(self, dtype: torch.dtype, device: torch.device) -> None:
+        if dtype.itemsize != 2:
+            raise UnsupportedModelError(f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} keeps exact tails in 16 bits; "
+                                        f"model dtype {dtype} is not supported (serve it in bfloat16 or float16)")
         self._ops = _select_ops(device)
+        self._device = device
         if device.type == "cuda":
             from s4kv.kernels.decode import DecodeWorkspace
 
-            DecodeWorkspace.reserve(self.num_slots - 1, self.num_heads, self.head_size, self.num_kv_heads,
+            DecodeWorkspace.reserve(self.max_num_seqs, self.num_heads, self.head_size, self.num_kv_heads,
                                     num_sms(device), device)
+            logger.info_once(f"int4_kivi decode workspace: {DecodeWorkspace.nbytes() / 2**20:.0f} MiB "
+                             f"(split partials for up to max_num_seqs={self.max_num_seqs} decode rows)")
+        tail = fmt.TAIL_BLOCKS * fmt.page_size_bytes(self.num_kv_heads, self.head_size)
+        logger.info_once(f"int4_kivi exact tails: 0 bytes reserved outside the KV pool; each running request "
+                         f"keeps its incomplete block exact in {fmt.TAIL_BLOCKS} of its own pages "
+                         f"({tail * self.num_layers / 2**20:.2f} MiB over {self.num_layers} layers, "
+                         f"{fmt.TAIL_BLOCKS - 1} pages more than its incomplete block), allocated by "
+                         f"vLLM's scheduler while it runs and freed on finish or preemption")
         if self._ops.__name__.endswith("triton_ops"):
             from s4kv.backend.selfcheck import check_kernels
 
@@ -108,17 +117,32 @@ class S4KVAttentionImpl(AttentionImpl):
             raise NotImplementedError("int4_kivi does not fuse output quantization")
         if attn_metadata is None:  # profiling / warm-up without metadata
             return output
-        if self.residual is None or self.residual.device != query.device:
-            logger.warning_once("int4_kivi residual slots allocated at first use (not profiled)")
-            self._allocate(query.dtype, query.device)
+        if self._ops is None or self._device != query.device:
+            logger.warning_once("int4_kivi workspaces reserved at first use (not profiled)")
+            self._prepare(query.dtype, query.device)
         n = attn_metadata.num_actual_tokens
         out = output.view(-1, self.num_heads, self.head_size)
         q = query[:n].view(n, self.num_heads, self.head_size)
         k = key[:n].view(n, self.num_kv_heads, self.head_size)
         v = value[:n].view(n, self.num_kv_heads, self.head_size)
         regions = kv_cache.flatten(2)  # [num_blocks, Hkv, region_bytes]; each region contiguous
-        self._ops.forward(q, k, v, regions, self.residual, attn_metadata, self.scale, out)
+        self._ops.forward(q, k, v, regions, attn_metadata, self.scale, out)
         return output
+
+
+def memory_outside_pool(worker) -> dict:
+    """Bytes of every tensor s4kv holds in a worker outside vLLM's KV pool: the layers' own, and
+    the shared workspaces (``LLM.collective_rpc(memory_outside_pool)``; tests and diagnostics)."""
+    from s4kv.kernels.chunk import ChunkWorkspace
+    from s4kv.kernels.decode import DecodeWorkspace
+
+    impls = [m.impl for m in worker.model_runner.model.modules() if isinstance(getattr(m, "impl", None),
+                                                                               S4KVAttentionImpl)]
+    layers = sum(v.numel() * v.element_size() for impl in impls for v in vars(impl).values()
+                 if isinstance(v, torch.Tensor))
+    chunk = sum(t.numel() * t.element_size() for pair in ChunkWorkspace._buffers.values() for t in pair)
+    return {"layers_with_int4_kivi": len(impls), "layers": layers, "decode_workspace": DecodeWorkspace.nbytes(),
+            "chunk_scratch": chunk}
 
 
 def _select_ops(device: torch.device):

@@ -24,8 +24,8 @@ class KernelSelfCheckError(RuntimeError):
     pass
 
 
-def _step(q, k, v, regions, res, blocks, ctx: int, n: int, scale: float, device):
-    """One engine step of a single request: tokens ctx .. ctx + n - 1 (residual slot 0)."""
+def _step(q, k, v, regions, blocks, ctx: int, n: int, scale: float, device):
+    """One engine step of a single request: tokens ctx .. ctx + n - 1."""
     from s4kv.backend import triton_ops
     from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
@@ -35,12 +35,11 @@ def _step(q, k, v, regions, res, blocks, ctx: int, n: int, scale: float, device)
     end = ctx + n
     md = S4KVMetadata(num_reqs=1, num_actual_tokens=n, max_query_len=n, max_seq_len=end,
                       query_start_loc=i32([0, n]), seq_lens=i32([end]), block_table=i32([blocks]),
-                      slots=i32([0]), query_start_loc_cpu=i32([0, n], "cpu"), seq_lens_cpu=i32([end], "cpu"),
-                      slots_cpu=i32([0], "cpu"))
+                      query_start_loc_cpu=i32([0, n], "cpu"), seq_lens_cpu=i32([end], "cpu"))
     props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
     plan_launch(md, k.shape[1], num_sms=props.multi_processor_count if props else 4, uniform_decode=n == 1)
     out = torch.full((n, q.shape[1], q.shape[2]), float("nan"), dtype=q.dtype, device=device)
-    triton_ops.forward(q[ctx:end].to(device), k[ctx:end].to(device), v[ctx:end].to(device), regions, res, md,
+    triton_ops.forward(q[ctx:end].to(device), k[ctx:end].to(device), v[ctx:end].to(device), regions, md,
                        scale, out)
     return out.float().cpu()
 
@@ -51,9 +50,9 @@ def check_kernels(num_heads: int, num_kv_heads: int, head_size: int, dtype: torc
 
     Once per process and shape. One request, five steps, each compared with the reference: a
     prompt of 2 blocks + 37 tokens in one chunk (the store kernel writes two pages; chunk attention
-    over pages + exact tokens), a decode step (split-KV over the pages + the residual tail), a chunk
-    that reads pages, residual and itself, a decode step that completes the third block, and one
-    after it.
+    over pages + exact tokens), a decode step (split-KV over the pages + the exact tail), a chunk
+    that reads pages, its tail and itself, a decode step that completes the third block, and one
+    after it. The pages start as noise: a tail row never written must never be read.
     """
     from s4kv.reference import kivi_attention
 
@@ -68,14 +67,14 @@ def check_kernels(num_heads: int, num_kv_heads: int, head_size: int, dtype: torc
     q = torch.randn(length, num_heads, head_size, generator=g).to(dtype)
     k = torch.randn(length, num_kv_heads, head_size, generator=g).mul(2).to(dtype)
     v = torch.randn(length, num_kv_heads, head_size, generator=g).to(dtype)
-    regions = torch.zeros(4, num_kv_heads, fmt.PageLayout(head_size).region_bytes, dtype=torch.uint8,
-                          device=device)
-    res = torch.zeros(1, 2, num_kv_heads, bs, head_size, dtype=dtype, device=device)
-    blocks = [2, 0, 3, 1]  # out of order: the block table is followed
+    held = fmt.blocks_held(length, head_size, dtype.itemsize)
+    regions = torch.randint(0, 256, (held + 1, num_kv_heads, fmt.PageLayout(head_size).region_bytes),
+                            generator=g, dtype=torch.uint8).to(device)
+    blocks = torch.randperm(held + 1, generator=g)[:held].tolist()  # out of order: the block table is followed
     scale = head_size ** -0.5
     tol = TOLERANCE[dtype]
     for ctx, n in steps:
-        got = _step(q, k, v, regions, res, blocks, ctx, n, scale, device)
+        got = _step(q, k, v, regions, blocks, ctx, n, scale, device)
         want = kivi_attention(q[ctx:ctx + n], k[:ctx + n], v[:ctx + n], scale, q_start=ctx)
         err = ((got - want).norm() / want.norm()).item() if torch.isfinite(got).all() else float("nan")
         if not err <= tol:

@@ -2,13 +2,14 @@
 
 One call does a whole layer for a batch, in three phases per request row:
 
-1. store: the residual tail plus this step's tokens; every block that becomes complete is
-   rotated, quantized and written into its page;
+1. store: the exact tail plus this step's tokens; every block that becomes complete is
+   rotated, quantized and written into its page (the old tail is read first: its rows live in
+   the pages the store writes, s4kv.format "The exact tail");
 2. attend: queries read complete blocks from the pages (dequantized, rotated basis, with the
    rotated query) and the rest exact (original basis), following the position rule of
    ``s4kv.format``;
-3. keep: the new incomplete tail goes back into the request's residual slot. This comes last
-   because phase 2 may still need the old residual tokens.
+3. keep: the new incomplete tail is written into its pages. This comes last because phase 2
+   may still need the old tail tokens.
 
 Single-token (decode) rows are done together, vectorized over rows, tokens and heads; rows with
 longer queries (prefill chunks) one by one, vectorized over tokens and heads.
@@ -68,13 +69,13 @@ def _attend(q: torch.Tensor, segments: list[Segment], scale: float) -> torch.Ten
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Tensor,
-            res: torch.Tensor, md, scale: float, out: torch.Tensor, store: bool = True) -> None:
+            md, scale: float, out: torch.Tensor, store: bool = True) -> None:
     """One layer for a batch.
 
     q [N, Hq, D], k, v [N, Hkv, D] (model dtype, as the layer computed them); regions [num_blocks,
-    Hkv, region_bytes] uint8 (a view of the layer's cache); res [slots, 2, Hkv, BLOCK_SIZE, D]
-    (model dtype); out [N, Hq, D] is written for every row with a query. ``store=False`` (a layer
-    sharing another layer's cache) attends without writing.
+    Hkv, region_bytes] uint8 (a view of the layer's cache, exact tails included); out [N, Hq, D]
+    is written for every row with a query. ``store=False`` (a layer sharing another layer's cache)
+    attends without writing.
     """
     bs = fmt.BLOCK_SIZE
     d = q.shape[-1]
@@ -83,11 +84,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
     qlens = qsl_t[1:] - qsl_t[:-1]
     decode_rows = (qlens == 1).nonzero().flatten()
     if len(decode_rows):
-        _decode_rows(decode_rows, q, k, v, regions, res, md, scale, out, store)
+        _decode_rows(decode_rows, q, k, v, regions, md, scale, out, store)
     qsl = qsl_t.tolist()
     seq_lens = md.seq_lens_cpu.tolist()
-    slots = md.slots_cpu.tolist()
-    block_table = md.block_table
+    block_table = md.block_table.long()
+    tb = fmt.tail_blocks(d, k.dtype.itemsize)
     hkv = k.shape[1]
     group = q.shape[1] // hkv
     for r in range(n):
@@ -95,15 +96,17 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
         qlen = e - s
         if qlen <= 1:  # decode rows are done above
             continue
-        seq_len, slot = seq_lens[r], slots[r]
+        seq_len = seq_lens[r]
         ctx = seq_len - qlen
         first = ctx // bs  # first block that was not complete before this step
         n_full = seq_len // bs  # complete blocks after this step
-        kept = ctx - first * bs  # tokens of block `first` already in the residual slot
-        # Exact K/V of positions first*bs .. seq_len-1, [Hkv, L, D].
-        k_exact = torch.cat([res[slot, 0, :, :kept], k[s:e].transpose(0, 1)], dim=1)
-        v_exact = torch.cat([res[slot, 1, :, :kept], v[s:e].transpose(0, 1)], dim=1)
-        blocks = block_table[r, :n_full].long()
+        kept = ctx - first * bs  # tokens of block `first` already in its exact tail
+        # Exact K/V of positions first*bs .. seq_len-1, [Hkv, L, D], read before the store
+        # overwrites the old tail's pages.
+        k_old, v_old = fmt.read_tail(regions, block_table[r:r + 1, first:first + tb], kept, k.dtype)
+        k_exact = torch.cat([k_old[0], k[s:e].transpose(0, 1)], dim=1)
+        v_exact = torch.cat([v_old[0], v[s:e].transpose(0, 1)], dim=1)
+        blocks = block_table[r, :n_full]
 
         # 1. store every block completed by this step
         if store and n_full > first:
@@ -127,37 +130,45 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
         o = _attend(qg, segments, scale)  # [Hkv, G*qlen, D]
         out[s:e] = o.reshape(hkv, group, qlen, d).permute(2, 0, 1, 3).reshape(qlen, -1, d).to(out.dtype)
 
-        # 3. keep the incomplete tail exact
+        # 3. keep the incomplete tail exact: the tokens of block n_full this step computed
         if store:
             tail = seq_len - n_full * bs
-            if tail:
-                off = (n_full - first) * bs
-                res[slot, 0, :, :tail] = k_exact[:, off:]
-                res[slot, 1, :, :tail] = v_exact[:, off:]
+            new = min(tail, qlen)
+            if new:
+                pos = torch.arange(tail - new, tail)[None, :]
+                fmt.write_tail(regions, block_table[r:r + 1, n_full:n_full + tb], pos,
+                               k_exact[:, -new:].transpose(0, 1)[None], v_exact[:, -new:].transpose(0, 1)[None])
 
 
-def _decode_rows(rows: torch.Tensor, q, k, v, regions, res, md, scale, out, store) -> None:
+def _decode_rows(rows: torch.Tensor, q, k, v, regions, md, scale, out, store) -> None:
     """All single-token rows at once (the steady state of serving): no per-request Python loop."""
     bs = fmt.BLOCK_SIZE
     d = q.shape[-1]
     dev = q.device
     tok = md.query_start_loc_cpu[rows].long().to(dev)
     seq = md.seq_lens_cpu[rows].long()
-    slots = md.slots_cpu[rows].long().to(dev)
     p = seq - 1  # query positions
     n_pages = seq // bs  # complete blocks, read quantized
-    kept = p % bs  # residual tokens before p in its block
+    kept = p % bs  # exact tail tokens before p in its block
     completes = (seq % bs) == 0  # this token completes its block: nothing of the block stays exact
     k_new, v_new = k[tok], v[tok]  # [R, Hkv, D]
     bt = md.block_table[rows.to(md.block_table.device)].long()
     r_count, hkv = len(rows), k.shape[1]
     group = q.shape[1] // hkv
+    # the tail of block p // bs (read before the store, which overwrites its first rows when the
+    # block completes), as [R, Hkv, bs - 1, D]
+    tail_block = (p // bs).to(bt.device)
+    tail_pages = torch.gather(bt, 1, tail_block[:, None] + torch.arange(fmt.tail_blocks(d, k.dtype.itemsize), device=bt.device)[None, :])
+    k_old, v_old = fmt.read_tail(regions, tail_pages, bs - 1, k.dtype)
+    # rows past a request's tail hold other bytes of its pages (any bit pattern, NaN included)
+    live = (torch.arange(bs - 1)[None, :] < kept[:, None]).to(dev)[:, None, :, None]
+    k_old, v_old = k_old.where(live, 0), v_old.where(live, 0)
 
     if store and bool(completes.any()):
         c = completes.nonzero().flatten()
         cd = c.to(dev)
-        kb = torch.cat([res[slots[cd], 0, :, : bs - 1], k_new[cd].unsqueeze(2)], dim=2)  # [C, Hkv, bs, D]
-        vb = torch.cat([res[slots[cd], 1, :, : bs - 1], v_new[cd].unsqueeze(2)], dim=2)
+        kb = torch.cat([k_old[cd], k_new[cd].unsqueeze(2)], dim=2)  # [C, Hkv, bs, D]
+        vb = torch.cat([v_old[cd], v_new[cd].unsqueeze(2)], dim=2)
         ids = bt[c.to(bt.device), (n_pages[c] - 1).to(bt.device)]
         regions.index_copy_(0, ids.to(regions.device), fmt.encode_blocks(kb, vb))
 
@@ -168,14 +179,17 @@ def _decode_rows(rows: torch.Tensor, q, k, v, regions, res, md, scale, out, stor
         page_ok = cols[None, :] < n_pages[:, None]  # [R, P]
         ids = torch.where(page_ok.to(bt.device), bt[:, :max_pages], bt[:, :1])
         kq, vq = fmt.decode_blocks(regions[ids.to(regions.device)], d, k.dtype)  # [R, P, Hkv, bs, D]
+        # a row's padding pages are some page of its own (an exact tail, say): any bytes, NaN included
+        ok = page_ok.to(dev)[:, :, None, None, None]
+        kq, vq = kq.where(ok, 0), vq.where(ok, 0)
         segments.append(Segment(kq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d),
                                 vq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d),
                                 page_ok.repeat_interleave(bs, dim=1)[:, None, :].to(dev), True))
-    # exact: residual tokens 0..kept-1 and the new token, unless the block just completed
-    idx = torch.arange(bs + 1)
-    exact_ok = ((idx[None, :] < kept[:, None]) | (idx[None, :] == bs)) & ~completes[:, None]
-    segments.append(Segment(torch.cat([res[slots, 0], k_new.unsqueeze(2)], dim=2),
-                            torch.cat([res[slots, 1], v_new.unsqueeze(2)], dim=2),
+    # exact: tail tokens 0..kept-1 and the new token, unless the block just completed
+    idx = torch.arange(bs)
+    exact_ok = ((idx[None, :] < kept[:, None]) | (idx[None, :] == bs - 1)) & ~completes[:, None]
+    segments.append(Segment(torch.cat([k_old, k_new.unsqueeze(2)], dim=2),
+                            torch.cat([v_old, v_new.unsqueeze(2)], dim=2),
                             exact_ok[:, None, :].to(dev), False))
     qg = q[tok].reshape(r_count, hkv, group, d)
     o = _attend(qg, segments, scale)  # [R, Hkv, G, D]
@@ -185,5 +199,5 @@ def _decode_rows(rows: torch.Tensor, q, k, v, regions, res, md, scale, out, stor
         keep = (~completes).nonzero().flatten()
         if len(keep):
             kd = keep.to(dev)
-            res[slots[kd], 0, :, kept[keep].to(dev)] = k_new[kd]
-            res[slots[kd], 1, :, kept[keep].to(dev)] = v_new[kd]
+            fmt.write_tail(regions, tail_pages[keep.to(bt.device)], kept[keep][:, None].to(bt.device),
+                           k_new[kd].unsqueeze(1), v_new[kd].unsqueeze(1))

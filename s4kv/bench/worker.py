@@ -264,6 +264,15 @@ def kv_capacity(llm) -> dict:
         out["kv_cache_tokens"] = out["pool_tokens"]
     if out["max_concurrency"] is None and out["kv_cache_tokens"]:
         out["max_concurrency"] = out["kv_cache_tokens"] / out["max_model_len"]
+    if cc.cache_dtype == "int4_kivi":
+        from s4kv import format as fmt
+
+        mc, par = vc.model_config, vc.parallel_config
+        page = fmt.page_size_bytes(mc.get_num_kv_heads(par), mc.get_head_size()) * mc.get_num_layers(par)
+        # where int4_kivi's exact recent tokens live: nothing outside the pool, TAIL_BLOCKS pages of
+        # the pool per running request (s4kv.format, "The exact tail")
+        out.update(residual_reserved_bytes=0, tail_pages_per_running_request=fmt.TAIL_BLOCKS,
+                   tail_bytes_per_running_request=fmt.TAIL_BLOCKS * page)
     return out
 
 

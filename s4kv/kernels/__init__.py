@@ -1,6 +1,7 @@
 """Triton kernels of the int4_kivi cache (CUDA; also run under TRITON_INTERPRET=1 on CPU in tests).
 
-* ``store``: quantize completed blocks into pages; write incomplete tails into residual slots.
+* ``store``: quantize completed blocks into pages; write incomplete tails exact into their pages
+  (``tail``: where a tail's rows are).
 * ``decode``: split-KV decode attention over pages + exact tail, and the split reduction.
 * ``chunk``: attention of query chunks (prefill, chunked prefill, prefix-cache extends): the pages a
   chunk reads are staged in 16 bits (``chunk_plan`` says which), then vLLM's FlashAttention

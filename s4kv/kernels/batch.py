@@ -1,5 +1,5 @@
-"""What one step's batch looks like to the kernels: the rows, their lengths, pages and residual
-slots (device tensors and the host copies the launches are planned from), and the launch shapes
+"""What one step's batch looks like to the kernels: the rows, their lengths and pages (device
+tensors and the host copies the launches are planned from), and the launch shapes
 planned from them. The backend's metadata builder fills it from vLLM's metadata; tests and
 benchmarks build it directly."""
 
@@ -20,12 +20,12 @@ class S4KVMetadata:
     max_seq_len: int
     query_start_loc: torch.Tensor  # [num_reqs + 1] int32, device
     seq_lens: torch.Tensor  # [num_reqs] int32, device: context length after this step
-    block_table: torch.Tensor  # [num_reqs, max_blocks] int32, device
-    slots: torch.Tensor  # [num_reqs] int32, device: residual slot of each row
+    # [num_reqs, max_blocks] int32, device: a row of L tokens lists fmt.blocks_held(L) pages
+    # (its complete blocks, then the pages of its exact tail)
+    block_table: torch.Tensor
     # Host copies, exact for everything s4kv accepts (no speculative decoding).
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
-    slots_cpu: torch.Tensor
     # Launch shapes, from the host copies (constant for a captured decode graph).
     num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
     max_new_blocks: int = 0  # most blocks any row completes in this step

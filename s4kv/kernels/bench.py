@@ -62,6 +62,14 @@ def _random_pages(num_blocks: int, hkv: int, d: int, gen, device="cuda") -> torc
     return regions
 
 
+def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
+    """Finite exact tails (random bytes there read as 16-bit values would be NaN/inf)."""
+    tail_pages = bt[:, n_pages:].long()
+    pos = torch.arange(fmt.BLOCK_SIZE - 1, device=bt.device)[None, :].expand(bt.shape[0], -1)
+    x = torch.randn(bt.shape[0], fmt.BLOCK_SIZE - 1, regions.shape[1], d, device=bt.device, generator=gen).to(dtype)
+    fmt.write_tail(regions, tail_pages, pos, x, x)
+
+
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
                dtype=torch.bfloat16) -> dict:
     from s4kv.kernels.decode import decode_attention
@@ -69,23 +77,23 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     bs = fmt.BLOCK_SIZE
     lay = fmt.PageLayout(d)
     n_pages = context // bs
-    num_blocks = batch * (n_pages + 1)
+    held = fmt.blocks_held(context, d, dtype.itemsize)
+    num_blocks = batch * held
     gen = torch.Generator(device="cuda").manual_seed(0)
-    regions = _random_pages(num_blocks, hkv, d, gen)
-    res = torch.randn(batch + 1, 2, hkv, bs, d, dtype=dtype, device="cuda", generator=gen)
+    regions = _random_pages(num_blocks, hkv, d, gen)  # tails: random bytes, as finite 16-bit values below
     q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
     k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
     v = torch.randn_like(k)
     out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
     perm = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
-    bt = perm[: batch * (n_pages + 1)].view(batch, n_pages + 1).contiguous()
+    bt = perm[: batch * held].view(batch, held).contiguous()
+    _fill_tails(regions, bt, n_pages, d, dtype, gen)
     seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
     qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
-    md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, slots, qsl.cpu(), seq.cpu(), slots.cpu())
+    md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     plan_launch(md, hkv, num_sms, uniform_decode=True)
-    ms = _graph_time(lambda: decode_attention(q, k, v, res, regions, md, batch, d ** -0.5, out,
+    ms = _graph_time(lambda: decode_attention(q, k, v, regions, md, batch, d ** -0.5, out,
                                               md.decode_splits))
     tail = context - (context // bs) * bs
     read = batch * hkv * (((context) // bs) * lay.region_bytes + tail * 2 * d * q.element_size()) \
@@ -133,48 +141,50 @@ def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool
 
 
 def prefill_inputs(context: int, chunk: int, hq: int, hkv: int, d: int, dtype, device="cuda"):
-    """(q, k, v, res, regions, md, out) of one request: `chunk` new tokens after `context` cached
+    """(q, k, v, regions, md, out) of one request: `chunk` new tokens after `context` cached
     ones (rounded down to complete blocks), pages in a shuffled block table."""
     bs = fmt.BLOCK_SIZE
     context = context // bs * bs
     total = context + chunk
-    num_blocks = total // bs + 1
+    num_blocks = fmt.blocks_held(total, d, dtype.itemsize)
     gen = torch.Generator(device=device).manual_seed(1)
     regions = _random_pages(num_blocks, hkv, d, gen, device)
-    res = torch.randn(2, 2, hkv, bs, d, dtype=dtype, device=device, generator=gen)
     q = torch.randn(chunk, hq, d, dtype=dtype, device=device, generator=gen)
     k = torch.randn(chunk, hkv, d, dtype=dtype, device=device, generator=gen)
     v = torch.randn(chunk, hkv, d, dtype=dtype, device=device, generator=gen)
     out = torch.empty(chunk, hq, d, dtype=dtype, device=device)
     i32 = lambda x, dev=device: torch.tensor(x, dtype=torch.int32, device=dev)
     bt = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32).view(1, -1)
-    md = S4KVMetadata(1, chunk, chunk, total, i32([0, chunk]), i32([total]), bt, i32([0]),
-                      i32([0, chunk], "cpu"), i32([total], "cpu"), i32([0], "cpu"))
-    return q, k, v, res, regions, md, out
+    md = S4KVMetadata(1, chunk, chunk, total, i32([0, chunk]), i32([total]), bt,
+                      i32([0, chunk], "cpu"), i32([total], "cpu"))
+    return q, k, v, regions, md, out
 
 
 def time_prefill(inputs, d: int) -> dict:
     """Chunk attention on prefill_inputs(...): median ms of one layer (stage + FlashAttention; the
     step's plan is made once for all layers and kept, as in serving), of the stage kernel alone, and
-    the host time of planning the step (us)."""
+    the host time of planning the step (us). The store of the blocks the chunk completes is left
+    out (store=False): it is not attention, and the numbers stay comparable with earlier runs."""
     import time
 
     import triton.testing
 
     from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, stage_pages, step_waves
+    from s4kv.kernels.chunk_plan import EXACT, PAGE
 
-    q, k, v, res, regions, md, out = inputs
+    q, k, v, regions, md, out = inputs
     hkv = k.shape[1]
     t0 = time.perf_counter()
     for _ in range(20):
         md.chunk_waves = None
         step_waves(md, 0, hkv, d, k.device)
     plan_us = (time.perf_counter() - t0) / 20 * 1e6
-    ms = triton.testing.do_bench(lambda: chunk_attention(q, k, v, res, regions, md, 0, d ** -0.5, out),
+    ms = triton.testing.do_bench(lambda: chunk_attention(q, k, v, regions, md, 0, d ** -0.5, out, store=False),
                                  warmup=10, rep=100, return_mode="median")
     (wave,) = step_waves(md, 0, hkv, d, k.device)
     kp, vp = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
-    stage_ms = triton.testing.do_bench(lambda: stage_pages(wave, k, v, res, regions, md, kp, vp),
+    stage_ms = triton.testing.do_bench(lambda: (stage_pages(wave, k, v, regions, md, kp, vp, EXACT),
+                                                stage_pages(wave, k, v, regions, md, kp, vp, PAGE)),
                                        warmup=10, rep=100, return_mode="median")
     return {"ms": ms, "stage_ms": stage_ms, "plan_us": plan_us}
 
@@ -185,7 +195,7 @@ def bench_prefill_case(context: int, chunk: int, hq: int = 28, hkv: int = 4, d: 
     (complete blocks, quantized), as chunked prefill runs it. Next to bf16 FlashAttention on the
     same shape (vLLM's paged cache of 16-token blocks)."""
     inputs = prefill_inputs(context, chunk, hq, hkv, d, dtype)
-    total = int(inputs[5].seq_lens_cpu[0])
+    total = int(inputs[4].seq_lens_cpu[0])
     context = total - chunk
     t = time_prefill(inputs, d)
     flops = 4 * chunk * (context + (chunk + 1) / 2) * d * hq  # QK and PV over the causal keys

@@ -6,7 +6,7 @@ through two launches per wave (s4kv.kernels.chunk_plan):
 1. the stage kernel fills a 16-bit scratch ([pages, BS, Hkv, D], the layout FlashAttention pages
    take): each complete block a row reads is unpacked from its int4 page and rotated back into
    the original basis, and each block that holds queries of this step gets its exact tokens
-   (residual slot + this step's K/V) on a page of its own;
+   (the request's exact tail + this step's K/V) on a page of its own;
 2. vLLM's FlashAttention runs over those pages, one causal sequence per query group, so the
    position rule holds exactly (see chunk_plan).
 
@@ -34,9 +34,11 @@ import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
-from s4kv.kernels.chunk_plan import plan_chunks, to_device
+from s4kv.kernels.chunk_plan import EXACT, PAGE, plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
 from s4kv.kernels.quant import clamp_fp16, rotate_halves
+from s4kv.kernels.store import store_blocks
+from s4kv.kernels.tail import tail_constants, tail_rows
 
 STAGE_DTYPE = torch.float16
 
@@ -44,20 +46,22 @@ STAGE_DTYPE = torch.float16
 def _stage_kernel(
     jobs_ptr,  # [pages, 3] int32: (row, block, kind)
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
-    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
-    cache_ptr, stride_cb, stride_ch,  # int4 pages, uint8
-    qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
+    cache_ptr, stride_cb, stride_ch,  # int4 pages, uint8 (exact tails included)
+    qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     kp_ptr, vp_ptr, stride_pp, stride_pt, stride_ph,  # scratch pages [P, BS, Hkv, D], model dtype
     rot_ptr,
     BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
+    TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr, KIND: tl.constexpr,
 ):
     page = tl.program_id(0)
     h = tl.program_id(1)
     row = tl.load(jobs_ptr + page * 3)
     b = tl.load(jobs_ptr + page * 3 + 1)
     kind = tl.load(jobs_ptr + page * 3 + 2)
+    if kind != KIND:  # one launch per kind (see chunk_attention)
+        return
     t = tl.arange(0, BS)
     c = tl.arange(0, HALF)
     dst = page.to(tl.int64) * stride_pp + t[:, None] * stride_pt + h * stride_ph + c[None, :]
@@ -90,23 +94,28 @@ def _stage_kernel(
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
         tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs).to(odt))
         tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs).to(odt))
-    else:  # a block holding queries: its exact tokens (residual slot, then this step's), zeros after
+    else:  # a block holding queries: its exact tokens (the old tail, then this step's), zeros after
         q_start = tl.load(qsl_ptr + row)
         seq_len = tl.load(seq_lens_ptr + row)
         ctx = seq_len - (tl.load(qsl_ptr + row + 1) - q_start)
-        slot = tl.load(slots_ptr + row)
         pos = b * BS + t
-        from_res = (pos < ctx)[:, None]
+        in_tail = pos < ctx  # the old tail holds block ctx // BS, the only block partly there
+        from_tail = in_tail[:, None]
         from_new = ((pos >= ctx) & (pos < seq_len))[:, None]
-        # the residual slot holds block ctx // BS, the only block a chunk row can find partly there
-        r = res_ptr + slot * stride_rs + h * stride_rh + (pos - ctx // BS * BS)[:, None] * stride_rt + c[None, :]
+        bt_row = block_table_ptr + row * stride_bt
+        tail_row = pos - ctx // BS * BS
+        dt = k_ptr.dtype.element_ty
+        rk = tail_rows(cache_ptr, bt_row, ctx // BS, tail_row, h * stride_ch, stride_cb, in_tail,
+                       TAIL_ROWS, ROW_BYTES, dt)[:, None] + c[None, :]
+        rv = tail_rows(cache_ptr, bt_row, ctx // BS, BS + tail_row, h * stride_ch, stride_cb, in_tail,
+                       TAIL_ROWS, ROW_BYTES, dt)[:, None] + c[None, :]
         tok = (q_start + pos - ctx)[:, None]
         nk = k_ptr + tok * stride_kt + h * stride_kh + c[None, :]
         nv = v_ptr + tok * stride_vt + h * stride_vh + c[None, :]
         for part in tl.static_range(2):
             off = part * HALF
-            kx = tl.load(r + off, mask=from_res, other=0.0) + tl.load(nk + off, mask=from_new, other=0.0)
-            vx = tl.load(r + stride_rkv + off, mask=from_res, other=0.0) + \
+            kx = tl.load(rk + off, mask=from_tail, other=0.0) + tl.load(nk + off, mask=from_new, other=0.0)
+            vx = tl.load(rv + off, mask=from_tail, other=0.0) + \
                 tl.load(nv + off, mask=from_new, other=0.0)
             tl.store(kp_ptr + dst + off, clamp_fp16(kx.to(tl.float32)).to(odt))
             tl.store(vp_ptr + dst + off, clamp_fp16(vx.to(tl.float32)).to(odt))
@@ -160,22 +169,21 @@ class ChunkWorkspace:
                                  torch.empty(shape, dtype=STAGE_DTYPE, device=device))
 
 
-def stage_pages(wave, k, v, res, regions, md, k_pages, v_pages) -> None:
-    """Fill scratch pages 0..len(wave.jobs)-1 of every kv head (the stage kernel, one launch)."""
+def stage_pages(wave, k, v, regions, md, k_pages, v_pages, kind: int) -> None:
+    """Fill the scratch pages of the wave's jobs of `kind` (PAGE or EXACT), every kv head."""
     d, hkv = k.shape[2], k.shape[1]
     lay = fmt.PageLayout(d)
     _stage_kernel[(len(wave.jobs), hkv)](
         wave.device["jobs"],
         k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
-        md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
+        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         k_pages, v_pages, k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
         rotation_operand(d, STAGE_DTYPE, k.device),
         BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
-        **launch_options("stage", d, k.device),
+        **tail_constants(d, k.dtype), KIND=kind, **launch_options("stage", d, k.device),
     )
 
 
@@ -200,15 +208,23 @@ def to_stage_dtype(x: torch.Tensor) -> torch.Tensor:
     return x.to(STAGE_DTYPE).clamp_(-fmt.FP16_MAX, fmt.FP16_MAX)
 
 
-def chunk_attention(q, k, v, res, regions, md, first_row: int, sm_scale: float, out: torch.Tensor) -> None:
-    """out for the rows first_row.. (any query lengths); q, k, v exact (model dtype). Needs this
-    step's completed blocks already stored (store_blocks) and the tails not yet appended."""
+def chunk_attention(q, k, v, regions, md, first_row: int, sm_scale: float, out: torch.Tensor,
+                    store: bool = True) -> None:
+    """out for the rows first_row.. (any query lengths); q, k, v exact (model dtype). Stores the
+    blocks these rows complete (store_blocks), wave by wave; the tails are appended afterwards.
+
+    Per wave: the exact blocks are staged first, because the old tail they copy lives in the
+    pages the store then writes (s4kv.format); then the store; then the complete blocks, which
+    include the ones just stored."""
     if first_row >= md.num_reqs:
         return
     hkv, d = k.shape[1], k.shape[2]
     for wave in step_waves(md, first_row, hkv, d, k.device):
         k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
-        stage_pages(wave, k, v, res, regions, md, k_pages, v_pages)
+        stage_pages(wave, k, v, regions, md, k_pages, v_pages, EXACT)
+        if store:
+            store_blocks(k, v, regions, md, wave.max_new_blocks, rows=(wave.row0, wave.row1))
+        stage_pages(wave, k, v, regions, md, k_pages, v_pages, PAGE)
         dev = wave.device
         varlen_paged_attention(to_stage_dtype(q[wave.tok0:wave.tok1]), k_pages, v_pages, dev["cu_seqlens_q"],
                                wave.max_seqlen_q, dev["seqused_k"], wave.max_seqlen_k, dev["block_table"], sm_scale,

@@ -31,7 +31,7 @@ from s4kv import format as fmt
 
 # What a scratch page is filled with (the stage kernel's `kind`).
 PAGE = 0  # a complete block, dequantized from its int4 page (original basis)
-EXACT = 1  # a block's exact tokens from the residual slot and this step's K/V (zeros after them)
+EXACT = 1  # a block's exact tokens from the request's exact tail and this step's K/V (zeros after them)
 
 
 def scratch_pages(max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -48,6 +48,9 @@ class Wave:
 
     tok0: int
     tok1: int
+    row0: int  # the wave's batch rows: row0 .. row1 - 1 (whole rows)
+    row1: int
+    max_new_blocks: int  # the most blocks one of its rows completes in this step
     jobs: np.ndarray  # [pages, 3] int32: (batch row, block index in the row, PAGE | EXACT); page i <- jobs[i]
     cu_seqlens_q: np.ndarray  # [groups + 1] int32, relative to tok0
     seqused_k: np.ndarray  # [groups] int32: keys of each group (its last query's position + 1)
@@ -85,7 +88,8 @@ def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: in
             table = np.zeros((len(cur["groups"]), width), dtype=np.int32)
             for i, pages in enumerate(cur["groups"]):
                 table[i, :len(pages)] = pages
-            waves.append(Wave(cur["tok0"], cur["tok1"], np.asarray(cur["jobs"], dtype=np.int32).reshape(-1, 3),
+            waves.append(Wave(cur["tok0"], cur["tok1"], cur["row0"], cur["row1"], cur["new"],
+                              np.asarray(cur["jobs"], dtype=np.int32).reshape(-1, 3),
                               np.asarray(cur["cu"], dtype=np.int32), np.asarray(cur["used"], dtype=np.int32),
                               table))
 
@@ -105,7 +109,8 @@ def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: in
                                f"scratch pages, {capacity} reserved")
         if cur is None or (capacity is not None and len(cur["jobs"]) + need > capacity):
             close()
-            cur = {"tok0": q0, "tok1": q0, "jobs": [], "cu": [0], "used": [], "groups": []}
+            cur = {"tok0": q0, "tok1": q0, "row0": r, "row1": r, "new": 0, "jobs": [], "cu": [0], "used": [],
+                   "groups": []}
         base = len(cur["jobs"])
         cur["jobs"] += [(r, b, PAGE) for b in range(n_full)]
         exact_page = {g: base + n_full + i for i, g in enumerate(exact)}
@@ -115,6 +120,8 @@ def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: in
             cur["cu"].append(cur["cu"][-1] + p1 - p0 + 1)
             cur["used"].append(p1 + 1)
         cur["tok1"] = q1
+        cur["row1"] = r + 1
+        cur["new"] = max(cur["new"], n_full - ctx // bs)
     close()
     return waves
 

@@ -7,7 +7,7 @@ which pages a split covers is computed from the sequence lengths on the device):
    (fp32), once per row, so that no split repeats it and the page loop carries no rotation.
 2. ``_decode_kernel``, one program per (decode row, kv head, split): splits 0..splits-1 walk their
    share of the row's quantized pages, loading each page once for all query heads of the kv head;
-   split `splits` attends to the exact tail (the residual slot plus this step's token) in the
+   split `splits` attends to the exact tail (its rows in the pages plus this step's token) in the
    original basis, as a 16-bit cache would. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
@@ -28,6 +28,7 @@ import triton.language as tl
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.quant import code_operands, rotate_halves
+from s4kv.kernels.tail import tail_constants, tail_rows
 
 LOG2E = 1.4426950408889634
 
@@ -64,9 +65,8 @@ def _decode_kernel(
     q_ptr, stride_qt, stride_qh,  # queries [T, Hq, D] (model dtype, original basis), decode rows first
     qr_ptr,  # [R, Hq, D] fp32: decode queries rotated and scaled by sm_scale * log2(e)
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V (original basis)
-    res_ptr, stride_rs, stride_rkv, stride_rh, stride_rt,  # residual [S, 2, Hkv, BS, D]
-    cache_ptr, stride_cb, stride_ch,
-    qsl_ptr, seq_lens_ptr, slots_ptr, block_table_ptr, stride_bt,
+    cache_ptr, stride_cb, stride_ch,  # pages, uint8 (exact tails included)
+    qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, splits + 1, D] fp32, [R, Hq, splits + 1, 2] fp32
     sm_scale, splits,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
@@ -74,7 +74,7 @@ def _decode_kernel(
     BS: tl.constexpr, HALF: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
 ):
     row = tl.program_id(0)
     h = tl.program_id(1)
@@ -152,19 +152,20 @@ def _decode_kernel(
                         acc_hi += p_first * fv_hi[None, :]
                     m_i = m_new
         else:
-            # the exact tail (original basis, as a 16-bit cache): residual positions
-            # n_pages*BS .. p-1 in TAIL_SUB-token tiles, then this step's token
+            # the exact tail (original basis, as a 16-bit cache): positions n_pages*BS .. p-1
+            # from the tail in the pages, in TAIL_SUB-token tiles, then this step's token
             scale = sm_scale * 1.4426950408889634  # exp2 domain
             qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
             qx_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
             qx_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-            tail = p - n_pages * BS  # residual tokens before p (-1: the block just completed)
-            slot = tl.load(slots_ptr + row)
-            res_row = res_ptr + slot * stride_rs + h * stride_rh
+            tail = p - n_pages * BS  # tail tokens before p (-1: the block just completed)
+            bt_row = block_table_ptr + row * stride_bt
+            dt = k_ptr.dtype.element_ty
             for t0 in tl.range(0, tail, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
                 in_tail = tt < tail
-                rk = res_row + tt[:, None] * stride_rt
+                rk = tail_rows(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail,
+                               TAIL_ROWS, ROW_BYTES, dt)[:, None]
                 rk_lo = tl.load(rk + c[None, :], mask=in_tail[:, None], other=0.0)
                 rk_hi = tl.load(rk + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
                 # unscaled model-dtype operands, scaled in fp32 after the product (as a 16-bit cache)
@@ -176,7 +177,8 @@ def _decode_kernel(
                 alpha = tl.exp2(m_i - m_safe)
                 pr = tl.exp2(s - m_safe[:, None])
                 l_i = l_i * alpha + tl.sum(pr, axis=1)
-                rv = rk + stride_rkv
+                rv = tail_rows(cache_ptr, bt_row, n_pages, BS + tt, h * stride_ch, stride_cb, in_tail,
+                               TAIL_ROWS, ROW_BYTES, dt)[:, None]
                 rv_lo = tl.load(rv + c[None, :], mask=in_tail[:, None], other=0.0)
                 rv_hi = tl.load(rv + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
                 acc_lo = tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE), acc_lo * alpha[:, None])
@@ -288,6 +290,11 @@ class DecodeWorkspace:
                              torch.empty(rows * hq * d, dtype=torch.float32, device=device))
 
     @classmethod
+    def nbytes(cls) -> int:
+        """Bytes of every workspace this process holds."""
+        return sum(t.numel() * t.element_size() for bufs in cls._buffers.values() for t in bufs)
+
+    @classmethod
     def reserve(cls, max_rows: int, hq: int, d: int, num_kv_heads: int, num_sms: int, device) -> None:
         key = (str(device), hq, d)
         partials = cls.capacity(max_rows, num_kv_heads, num_sms)
@@ -319,7 +326,7 @@ DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 32, "TAI
                    "num_warps": 4, "maxnreg": 128}
 
 
-def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: float,
+def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
                      out: torch.Tensor, splits: int) -> None:
     """out[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
 
@@ -343,15 +350,14 @@ def decode_attention(q, k, v, res, regions, md, num_decodes: int, sm_scale: floa
     _decode_kernel[(num_decodes, hkv, splits + 1)](
         q, q.stride(0), q.stride(1), qr,
         k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        res, res.stride(0), res.stride(1), res.stride(2), res.stride(3),
         regions, regions.stride(0), regions.stride(1),
-        md.query_start_loc, md.seq_lens, md.slots, md.block_table, md.block_table.stride(0),
+        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         part_o, part_ml, sm_scale, splits,
         GROUP=group, G_PAD=g_pad,
         BS=fmt.BLOCK_SIZE, HALF=d // 2,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype),
+        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), **tail_constants(d, k.dtype),
         **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
     )
     _reduce_kernel[(num_decodes, hkv)](

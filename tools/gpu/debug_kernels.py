@@ -28,15 +28,14 @@ def check_store(d, dtype):
     k = torch.randn(n, hkv, d, generator=g).to(dtype)
     v = torch.randn(n, hkv, d, generator=g).to(dtype)
     regions = torch.zeros(8, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8, device="cuda")
-    res = torch.zeros(2, 2, hkv, bs, d, dtype=dtype, device="cuda")
 
     def i32(x, dev="cuda"):
         return torch.tensor(x, dtype=torch.int32, device=dev)
 
-    md = S4KVMetadata(1, n, n, n, i32([0, n]), i32([n]), i32([[5, 2, 7]]), i32([0]),
-                      i32([0, n], "cpu"), i32([n], "cpu"), i32([0], "cpu"))
+    md = S4KVMetadata(1, n, n, n, i32([0, n]), i32([n]), i32([[5, 2, 7, 0, 0, 0]]),
+                      i32([0, n], "cpu"), i32([n], "cpu"))
     plan_launch(md, hkv, num_sms=132)
-    store_blocks(k.cuda(), v.cuda(), res, regions, md, md.max_new_blocks)
+    store_blocks(k.cuda(), v.cuda(), regions, md, md.max_new_blocks)
     torch.cuda.synchronize()
     got = regions[[5, 2]].cpu()
     exp = fmt.encode_blocks(k[:256].reshape(2, bs, hkv, d).transpose(1, 2), v[:256].reshape(2, bs, hkv, d).transpose(1, 2))
@@ -52,8 +51,8 @@ def check_store(d, dtype):
 
 def check_steps(hq, hkv, d, dtype):
     e = Engine(hq, hkv, d, dtype, ops=triton_ops, device="cuda")
-    e.add("a", 700, slot=0)
-    e.add("b", 300, slot=3)
+    e.add("a", 700)
+    e.add("b", 300)
     for sched in ([("a", 200), ("b", 77)], [("b", 1), ("a", 150)], [("b", 1), ("a", 1)]):
         res = e.step(sched)
         torch.cuda.synchronize()

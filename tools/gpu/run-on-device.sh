@@ -3,7 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile
-#                                                 bench-capacity bench-speed bench-quality bench-quality-baseline throughput)
+#                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
 #   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
@@ -122,6 +122,22 @@ for s in "$@"; do
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
         --max-model-len 32768 --engine-arg enforce_eager=true --out "$OUT/capacity"
       tar -C "$OUT" -czf "$OUT/capacity.tgz" capacity && rm -rf "$OUT/capacity" ;;
+    capacity-defaults)  # issue 15: KV tokens at vLLM's default engine arguments (gpu_memory_utilization
+      # 0.90, CUDA graphs, max_num_seqs 1024), bf16 next to int4_kivi, two model shapes and two
+      # max_model_len; then max_num_seqs 1 and 1024 given explicitly (CAP_SWEEP=0 skips that)
+      for m in qwen2.5-7b llama-3.1-8b; do
+        for len in 8192 32768; do
+          step "capacity-$m-$len" python3 -m s4kv.bench capacity --model "dummy:$m" --kv auto,int4_kivi \
+            --max-model-len $len --out "$OUT/capacity-defaults/$m-$len"
+        done
+      done
+      if [ "${CAP_SWEEP:-1}" = 1 ]; then
+        for n in 1 1024; do
+          step "capacity-seqs-$n" python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv auto,int4_kivi \
+            --max-model-len 8192 --engine-arg max_num_seqs=$n --out "$OUT/capacity-defaults/qwen2.5-7b-8192-seqs$n"
+        done
+      fi
+      tar -C "$OUT" -czf "$OUT/capacity-defaults.tgz" capacity-defaults && rm -rf "$OUT/capacity-defaults" ;;
     bench-speed)  # fixed points and the saturated 32k point in one engine per dtype, at equal KV memory
       # (SPEED_KV_GIB, default 16: the 8k x 32 point fits bf16; saturating the whole 0.90 budget would
       # prefill ~7M int4 tokens twice, more than a lease holds). The 32k prompts are 32,511 tokens:
