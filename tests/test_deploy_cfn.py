@@ -50,16 +50,19 @@ def test_parameters():
     assert P["RootVolumeSize"]["MinValue"] >= 100
 
 
-def test_allowed_cidr_has_no_default_and_refuses_the_world():
+def test_allowed_cidr_has_no_default_and_refuses_wide_prefixes():
     cidr = P["AllowedCidr"]
     assert "Default" not in cidr
     pattern = re.compile(cidr["AllowedPattern"])
-    for ok in ("203.0.113.7/32", "10.0.0.0/8", "0.0.0.0/0"):  # syntax only; the Rule refuses /0
-        assert pattern.fullmatch(ok)
-    for bad in ("203.0.113.7", "10.0.0.0/33", "256.1.1.1/32", "::/0", "10.0.0.0/8 "):
-        assert not pattern.fullmatch(bad)
-    assertion = T["Rules"]["NotOpenToTheWorld"]["Assertions"][0]["Assert"]
-    assert assertion == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AllowedCidr"}, "0.0.0.0/0"]}]}
+    for ok in ("203.0.113.7/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.0/10"):
+        assert pattern.fullmatch(ok), ok
+    # the world and everything near it: a string match on 0.0.0.0/0 let 0.0.0.0/1 through
+    for prefix in range(8):
+        for net in ("0.0.0.0", "128.0.0.0", "10.0.0.0"):
+            assert not pattern.fullmatch(f"{net}/{prefix}"), f"{net}/{prefix}"
+    assert not pattern.fullmatch("0.0.0.0/00") and not pattern.fullmatch("0.0.0.0/07")
+    for bad in ("203.0.113.7", "10.0.0.0/33", "256.1.1.1/32", "::/0", "10.0.0.0/8 ", "10.0.0.0/8\n"):
+        assert not pattern.fullmatch(bad), bad
 
 
 def test_model_id_and_secret_patterns_keep_user_data_safe():
@@ -122,21 +125,42 @@ def _statements():
     return out
 
 
+# What the SSM agent calls (Session Manager: shell and port forwarding; Run Command). None of
+# these takes a resource ARN, so "*" is their only resource; nothing else may have it.
+SSM_AGENT_ACTIONS = {
+    "SsmAgentRegister": ["ssm:UpdateInstanceInformation"],
+    "SessionManagerChannels": ["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+                               "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"],
+    "SsmAgentMessages": ["ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage",
+                         "ec2messages:FailMessage", "ec2messages:GetEndpoint", "ec2messages:GetMessages",
+                         "ec2messages:SendReply"],
+}
+
+
+def _actions(st) -> list[str]:
+    return st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+
+
 def test_iam_least_privilege():
     role = R["InstanceRole"]["Properties"]
     assert role["AssumeRolePolicyDocument"]["Statement"] == [
         {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]
-    assert role["ManagedPolicyArns"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}]
+    # no managed policy: AmazonSSMManagedInstanceCore grants ssm:GetParameter(s) on every parameter
+    assert "ManagedPolicyArns" not in role
     statements = _statements()
     by_sid = {st["Sid"]: (cond, st) for cond, st in statements}
-    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret"}
+    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret", *SSM_AGENT_ACTIONS}
     for cond, st in statements:
         assert st["Effect"] == "Allow"
-        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
-        assert all("*" not in a for a in actions), actions
-        assert st["Resource"] != "*" and "*" not in str(st["Resource"]), st
-        assert "NotAction" not in st and "NotResource" not in st
+        assert all("*" not in a for a in _actions(st)), st
+        assert "NotAction" not in st and "NotResource" not in st and "Condition" not in st
+        if st["Sid"] in SSM_AGENT_ACTIONS:
+            assert cond is None and st["Resource"] == "*"
+            assert sorted(_actions(st)) == sorted(SSM_AGENT_ACTIONS[st["Sid"]])
+        else:
+            assert st["Resource"] != "*" and "*" not in str(st["Resource"]), st
+    granted = {a for _, st in statements for a in _actions(st)}
+    assert not {a for a in granted if a.startswith("ssm:")} - {"ssm:UpdateInstanceInformation"}
     cond, logs = by_sid["WriteOwnLogGroup"]
     assert cond is None
     assert sorted(logs["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
