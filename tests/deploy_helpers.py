@@ -254,6 +254,7 @@ argv = sys.argv[1:]
 state = Path(os.environ["FAKE_STATE"])
 with open(state / "vllm-argv.jsonl", "a") as f:
     f.write(json.dumps(argv) + "\n")
+(state / "vllm-env.json").write_text(json.dumps(dict(os.environ)))  # what the launcher exported
 mode = os.environ.get("FAKE_VLLM_MODE", "healthy")
 print("INFO fake vllm", " ".join(argv), flush=True)
 if mode == "crash":
@@ -358,6 +359,10 @@ class FakeInstance:
     def calls(self, name: str) -> list[list[str]]:
         path = self.state / f"{name}.log"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def vllm_env(self) -> dict[str, str]:
+        """The environment of the last fake vllm start."""
+        return json.loads((self.state / "vllm-env.json").read_text())
 
     def vllm_argv(self) -> list[list[str]]:
         path = self.state / "vllm-argv.jsonl"

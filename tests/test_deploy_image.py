@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel
+from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel, write_exe
 
 from forklayer.versions import load_gpu_verified, load_versions, newest_gpu_verified
 
@@ -57,7 +57,7 @@ def test_files_and_modes(root):
         "opt/s4kv/share/serve.env.example": 0o644,
         "opt/s4kv/share/README.md": 0o644,
         "opt/s4kv/share/manifest.txt": 0o644,
-        "etc/s4kv/serve.env": 0o644,
+        "etc/s4kv/serve.env": 0o640,  # root writes, the s4kv group (the server) reads
         "etc/systemd/system/s4kv-serve.service": 0o644,
         "etc/systemd/system/s4kv-serve-log.service": 0o644,
         "usr/lib/sysusers.d/s4kv.conf": 0o644,
@@ -173,6 +173,25 @@ def test_cloudwatch_agent_config():
     assert all("{instance_id}" in f["log_stream_name"] for f in files)
     assert 'BOOT_LOG = "/var/log/s4kv/bootstrap.log"' in BOOTSTRAP.read_text()
     assert "metrics" not in cw  # logs only: the role has no cloudwatch:PutMetricData
+
+
+def test_serve_env_is_root_s4kv(tmp_path, wheels):
+    """On the image serve.env is chown'd root:s4kv (here a stand-in chown records it: the test
+    machine has no s4kv group); an old 0644 serve.env that is kept is tightened as well."""
+    bin_ = tmp_path / "bin"
+    write_exe(bin_ / "getent", "#!/bin/sh\n[ \"$1 $2\" = 'group s4kv' ] && echo 's4kv:x:990:'\n")
+    write_exe(bin_ / "chown", f"#!/bin/sh\necho \"$@\" >>{tmp_path}/chown.log\n")
+    root = tmp_path / "root"
+    (root / "etc/s4kv").mkdir(parents=True)
+    (root / "etc/s4kv/serve.env").write_text("S4KV_MODEL_ID=kept\n")
+    (root / "etc/s4kv/serve.env").chmod(0o644)
+    env = {**os.environ, "DESTDIR": str(root), "PATH": f"{bin_}:{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(PROVISION), "--wheels", str(wheels), "--offline"], env=env,
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "chown.log").read_text().splitlines() == [f"root:s4kv {root}/etc/s4kv/serve.env"]
+    assert _mode(root / "etc/s4kv/serve.env") == 0o640
+    assert (root / "etc/s4kv/serve.env").read_text() == "S4KV_MODEL_ID=kept\n"
 
 
 def test_refuses_without_wheels(tmp_path):

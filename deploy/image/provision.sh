@@ -16,7 +16,8 @@
 #   /opt/s4kv/bin/s4kv-bootstrap        first boot: serve.env, units, /health wait, cfn-signal
 #   /opt/s4kv/share/                    cloudwatch-agent.json (template), serve.env.example,
 #                                       README.md, manifest.txt (wheels + sha256, pip freeze)
-#   /etc/s4kv/serve.env                 settings (kept if present)
+#   /etc/s4kv/serve.env                 settings (kept if present), mode 0640 root:s4kv: only root
+#                                       writes it, the server's user reads it
 #   /etc/systemd/system/s4kv-serve.service, s4kv-serve-log.service   (not enabled: first boot does)
 #   /usr/lib/sysusers.d/s4kv.conf       the s4kv system user
 #   /usr/local/bin/s4kv                 -> /opt/s4kv/venv/bin/s4kv (`s4kv validate MODEL`)
@@ -158,10 +159,22 @@ inst 0644 "$repo/deploy/README.md" "$PREFIX/share/README.md"
 inst 0644 "$here/s4kv-serve.service" /etc/systemd/system/s4kv-serve.service
 inst 0644 "$here/s4kv-serve-log.service" /etc/systemd/system/s4kv-serve-log.service
 inst 0644 "$here/s4kv.sysusers" /usr/lib/sysusers.d/s4kv.conf
+if ((system)); then
+    step "s4kv user"
+    systemd-sysusers /usr/lib/sysusers.d/s4kv.conf # before serve.env: its group is s4kv
+fi
 if [[ -e $root/etc/s4kv/serve.env ]]; then
     step "keeping the existing /etc/s4kv/serve.env"
 else
-    inst 0644 "$here/serve.env" /etc/s4kv/serve.env
+    inst 0640 "$here/serve.env" /etc/s4kv/serve.env
+fi
+# serve.env decides what the server runs: root writes it, the s4kv group (the server) only reads
+# it. Staged into DESTDIR on a machine without an s4kv group, the owner stays the caller's.
+chmod 0640 "$root/etc/s4kv/serve.env"
+if ((system)) || getent group s4kv >/dev/null; then
+    chown root:s4kv "$root/etc/s4kv/serve.env"
+else
+    step "no s4kv group here: /etc/s4kv/serve.env keeps owner $(id -un) (root:s4kv on the image)"
 fi
 install -d -m 0755 "$root/usr/local/bin"
 ln -sfn "$PREFIX/venv/bin/s4kv" "$root/usr/local/bin/s4kv"
@@ -176,8 +189,7 @@ ln -sfn "$PREFIX/venv/bin/s4kv" "$root/usr/local/bin/s4kv"
 chmod 0644 "$root$PREFIX/share/manifest.txt"
 
 if ((system)); then
-    step "s4kv user, systemd"
-    systemd-sysusers /usr/lib/sysusers.d/s4kv.conf
+    step "systemd"
     systemctl daemon-reload
 fi
 step "done: $(basename "$vllm_whl") (GPU-verified: $gpu_verified), manifest $PREFIX/share/manifest.txt"
