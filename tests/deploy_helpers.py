@@ -291,12 +291,21 @@ if "flaky" in model:
 print(f"{model}: supported by int4_kivi (head_dim 128)")
 '''
 
+# aws secretsmanager get-secret-value: FAKE_AWS_SECRETS (JSON: secret id -> SecretString, or
+# null for "unreachable": exit 255 like the CLI) overrides the default answer hf_test_token_123.
 FAKE_AWS = r'''
 import json, os, sys
 from pathlib import Path
+argv = sys.argv[1:]
 with open(Path(os.environ["FAKE_STATE"]) / "aws.log", "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\n")
-print("hf_test_token_123")
+    f.write(json.dumps(argv) + "\n")
+secrets = json.loads(os.environ.get("FAKE_AWS_SECRETS", "{}"))
+secret_id = argv[argv.index("--secret-id") + 1]
+value = secrets.get(secret_id, "hf_test_token_123")
+if value is None:
+    print("Could not connect to the endpoint URL", file=sys.stderr)
+    sys.exit(255)
+print(value)
 '''
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -256,6 +257,40 @@ def test_launcher_fetches_hf_token_from_the_secret(inst):
                                   "--region", "eu-west-1", "--query", "SecretString", "--output", "text"]]
 
 
+API_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:s4kv-api-key-Xy12Ab"
+
+
+def test_launcher_gives_vllm_the_api_key_from_the_secret(inst):
+    secrets = json.dumps({API_ARN: "sk-s4kv-0123456789abcdef"})
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_VLLM_MODE="print-env", FAKE_AWS_SECRETS=secrets)
+    assert r.returncode == 0, r.stderr
+    assert inst.vllm_env()["VLLM_API_KEY"] == "sk-s4kv-0123456789abcdef"  # vLLM's own API key setting
+    assert "sk-s4kv" not in " ".join(inst.vllm_argv()[-1]) and "sk-s4kv" not in r.stderr
+    assert inst.calls("aws") == [["secretsmanager", "get-secret-value", "--secret-id", API_ARN,
+                                  "--region", "us-west-2", "--query", "SecretString", "--output", "text"]]
+    # read at every start, written nowhere: not in serve.env, not under the instance's root
+    assert not any(b"sk-s4kv" in f.read_bytes() for f in inst.root.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("answer, code, message", [
+    (None, 75, "could not read the API key from"),  # Secrets Manager unreachable: the unit retries
+    ("", 78, "holds no API key (empty, or no SecretString)"),
+    ("None", 78, "holds no API key"),  # a binary secret: aws --output text prints None
+])
+def test_launcher_refuses_without_a_usable_api_key(inst, answer, code, message):
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_AWS_SECRETS=json.dumps({API_ARN: answer}))
+    assert r.returncode == code and message in r.stderr, (r.returncode, r.stderr)
+    assert inst.vllm_argv() == []  # never serves without the key it was told to require
+
+
+def test_launcher_refuses_two_api_keys(inst):
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nVLLM_API_KEY=other\n"
+                     f"S4KV_VENV={inst.venv}\n")
+    assert r.returncode == 78 and "VLLM_API_KEY and S4KV_API_KEY_SECRET_ARN are both set" in r.stderr
+
+
 def test_exit_codes_agree():
     """78 is EX_CONFIG in the launcher, the unit's RestartPreventExitStatus and the bootstrap."""
     assert "readonly EX_CONFIG=78 EX_TEMPFAIL=75" in LAUNCHER.read_text()
@@ -292,7 +327,8 @@ def test_configure_merges_serve_env_and_cloudwatch(inst, monkeypatch):
     env_file.write_text(env_file.read_text() + "VLLM_API_KEY=keep-me\nS4KV_MAX_MODEL_LEN=1\n")
     r = bootstrap(inst, "configure", "--model-id", "meta-llama/Llama-3.1-8B-Instruct",
                   "--max-model-len", "0", "--gpu-memory-utilization", "0.85",
-                  "--hf-token-secret-arn", "", "--log-group", "s4kv-stack-LogGroup-X1")
+                  "--hf-token-secret-arn", "", "--api-key-secret-arn", API_ARN,
+                  "--log-group", "s4kv-stack-LogGroup-X1")
     assert r.returncode == 0, r.stdout + r.stderr
     mod = _bootstrap_module()
     monkeypatch.setenv("S4KV_ROOT", str(inst.root))
@@ -301,12 +337,12 @@ def test_configure_merges_serve_env_and_cloudwatch(inst, monkeypatch):
     assert values["S4KV_MAX_MODEL_LEN"] == ""  # 0 = the model's maximum
     assert values["S4KV_GPU_MEMORY_UTILIZATION"] == "0.85"
     assert values["S4KV_HF_TOKEN_SECRET_ARN"] == ""
+    assert values["S4KV_API_KEY_SECRET_ARN"] == API_ARN
     assert values["S4KV_PORT"] == "8000" and values["S4KV_HOST"] == "0.0.0.0"
     assert values["VLLM_API_KEY"] == "keep-me"  # operator lines survive
     assert inst.serve_env().count("S4KV_MAX_MODEL_LEN=") == 1
     assert "# KV cache dtype" in inst.serve_env()  # comments survive
     assert oct(env_file.stat().st_mode & 0o777) == "0o640"  # the server's group reads, only root writes
-    import json
     cw = json.loads((inst.root / "opt/aws/amazon-cloudwatch-agent/etc/s4kv.json").read_text())
     groups = {c["log_group_name"] for c in cw["logs"]["logs_collected"]["files"]["collect_list"]}
     assert groups == {"s4kv-stack-LogGroup-X1"}
@@ -318,6 +354,7 @@ def test_configure_merges_serve_env_and_cloudwatch(inst, monkeypatch):
     ["--model-id", "x'; rm -rf /"],
     ["--model-id", "m", "--max-model-len", "8 192"],
     ["--model-id", "m", "--hf-token-secret-arn", "arn:aws:s3:::bucket"],
+    ["--model-id", "m", "--api-key-secret-arn", "arn:aws:secretsmanager:us-east-1:123456789012:secret:k\nLD_PRELOAD=x"],
 ])
 def test_configure_rejects_bad_values(inst, args):
     r = bootstrap(inst, "configure", *args)
@@ -363,7 +400,8 @@ def user_data(port: int, timeout: int = 120, **params) -> str:
     instance = load_template()["Resources"]["Instance"]
     text = instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Sub"]
     values = {"ModelId": "Qwen/Qwen2.5-7B-Instruct", "MaxModelLen": "8192",
-              "GpuMemoryUtilization": "0.9", "HfTokenSecretArn": "", "LogGroup": "s4kv-lg",
+              "GpuMemoryUtilization": "0.9", "HfTokenSecretArn": "", "ApiKeySecretArn": "",
+              "LogGroup": "s4kv-lg",
               "AWS::StackName": STACK, "AWS::Region": "us-east-1"}
     values.update(params)
     text = substitute(text, values)
@@ -395,6 +433,17 @@ def test_user_data_healthy_signals_success(inst):
     systemctl = inst.calls("systemctl")
     assert ["enable", "s4kv-serve.service"] in systemctl and ["restart", "s4kv-serve.service"] in systemctl
     assert "answered 200: serving" in inst.bootstrap_log()
+
+
+def test_user_data_with_an_api_key_serves_behind_it(inst):
+    port = free_port()
+    r = run_user_data(inst, user_data(port, ApiKeySecretArn=API_ARN),
+                      FAKE_AWS_SECRETS=json.dumps({API_ARN: "sk-from-the-stack"}))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert signals(inst) == [("true", None)]
+    assert f"S4KV_API_KEY_SECRET_ARN={API_ARN}" in inst.serve_env().splitlines()
+    assert "sk-from-the-stack" not in inst.serve_env() and "sk-from-the-stack" not in inst.bootstrap_log()
+    assert inst.vllm_env()["VLLM_API_KEY"] == "sk-from-the-stack"
 
 
 def test_user_data_refused_model_signals_failure_with_reason(inst):

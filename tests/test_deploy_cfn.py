@@ -39,12 +39,13 @@ def test_cfn_lint_clean():
 
 def test_parameters():
     assert set(P) >= {"ModelId", "InstanceType", "ImageId", "VpcId", "SubnetId", "AllowedCidr",
-                      "KeyName", "HfTokenSecretArn", "MaxModelLen", "GpuMemoryUtilization"}
+                      "KeyName", "HfTokenSecretArn", "ApiKeySecretArn", "MaxModelLen", "GpuMemoryUtilization"}
     assert P["ModelId"]["Default"] == "Qwen/Qwen2.5-7B-Instruct"
     assert P["ImageId"]["Type"] == "AWS::EC2::Image::Id" and "Default" not in P["ImageId"]
     assert P["VpcId"]["Type"] == "AWS::EC2::VPC::Id"
     assert P["SubnetId"]["Type"] == "AWS::EC2::Subnet::Id"
     assert P["KeyName"]["Default"] == "" and P["HfTokenSecretArn"]["Default"] == ""
+    assert P["ApiKeySecretArn"]["Default"] == ""  # but required once a port is open (the Rule)
     assert P["MaxModelLen"]["Type"] == "Number" and P["GpuMemoryUtilization"]["Type"] == "Number"
     assert 0 < P["GpuMemoryUtilization"]["MaxValue"] < 1
     assert P["RootVolumeSize"]["MinValue"] >= 100
@@ -63,6 +64,47 @@ def test_allowed_cidr_has_no_default_and_refuses_wide_prefixes():
     assert not pattern.fullmatch("0.0.0.0/00") and not pattern.fullmatch("0.0.0.0/07")
     for bad in ("203.0.113.7", "10.0.0.0/33", "256.1.1.1/32", "::/0", "10.0.0.0/8 ", "10.0.0.0/8\n"):
         assert not pattern.fullmatch(bad), bad
+    assert pattern.fullmatch("")  # no port open: SSM port forwarding only
+
+
+def _eval(expr, params: dict[str, str]):
+    """The intrinsics the template's Rules use, evaluated for a set of parameter values."""
+    if isinstance(expr, dict):
+        (fn, arg), = expr.items()
+        if fn == "Ref":
+            return params.get(arg, P[arg].get("Default"))
+        if fn == "Fn::Equals":
+            return _eval(arg[0], params) == _eval(arg[1], params)
+        if fn == "Fn::Not":
+            return not _eval(arg[0], params)
+        if fn == "Fn::And":
+            return all(_eval(a, params) for a in arg)
+        raise AssertionError(f"unexpected intrinsic {fn} in Rules")
+    return expr
+
+
+def _rules_refuse(**params) -> list[str]:
+    refused = []
+    for name, rule in T["Rules"].items():
+        if "RuleCondition" in rule and not _eval(rule["RuleCondition"], params):
+            continue
+        refused += [name for a in rule["Assertions"] if not _eval(a["Assert"], params)]
+    return refused
+
+
+KEY_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:s4kv-api-key-AbC123"
+
+
+def test_an_open_port_needs_the_api_key():
+    # port 8000 reachable from a CIDR without a key: the stack refuses to be created
+    assert _rules_refuse(AllowedCidr="203.0.113.7/32") == ["ReachableEndpointNeedsApiKey"]
+    assert _rules_refuse(AllowedCidr="203.0.113.7/32", ApiKeySecretArn=KEY_ARN) == []
+    # nothing open: SSM port forwarding, the key optional
+    assert _rules_refuse(AllowedCidr="") == [] and _rules_refuse(AllowedCidr="", ApiKeySecretArn=KEY_ARN) == []
+    # SSH needs a CIDR to open 22 to
+    assert _rules_refuse(AllowedCidr="", KeyName="my-key") == ["SshNeedsAllowedCidr"]
+    assert _rules_refuse(AllowedCidr="10.0.0.0/16", KeyName="my-key", ApiKeySecretArn=KEY_ARN) == []
+    assert set(P["ApiKeySecretArn"]["AllowedPattern"].split("|")) == set(P["HfTokenSecretArn"]["AllowedPattern"].split("|"))
 
 
 def test_model_id_and_secret_patterns_keep_user_data_safe():
@@ -102,12 +144,16 @@ def _ingress():
 def test_security_group():
     rules = _ingress()
     ports = {(r["FromPort"], r["ToPort"]): cond for cond, r in rules}
-    assert ports == {(8000, 8000): None, (22, 22): "HasKeyName"}
+    assert ports == {(8000, 8000): "HasAllowedCidr", (22, 22): "OpenSsh"}  # nothing open by itself
     for _, r in rules:
         assert r["IpProtocol"] == "tcp"
         assert r["CidrIp"] == {"Ref": "AllowedCidr"}
         assert "CidrIpv6" not in r
-    assert T["Conditions"]["HasKeyName"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "KeyName"}, ""]}]}
+    c = T["Conditions"]
+    assert c["HasKeyName"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "KeyName"}, ""]}]}
+    assert c["HasAllowedCidr"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AllowedCidr"}, ""]}]}
+    # (the test loader spells !Condition as Fn::Condition; CloudFormation's long form is {"Condition": ...})
+    assert c["OpenSsh"] == {"Fn::And": [{"Fn::Condition": "HasKeyName"}, {"Fn::Condition": "HasAllowedCidr"}]}
     egress = R["SecurityGroup"]["Properties"]["SecurityGroupEgress"]
     assert [(e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in egress] == [("tcp", 443, 443)]
 
@@ -149,7 +195,7 @@ def test_iam_least_privilege():
     assert "ManagedPolicyArns" not in role
     statements = _statements()
     by_sid = {st["Sid"]: (cond, st) for cond, st in statements}
-    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret", *SSM_AGENT_ACTIONS}
+    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret", "ReadApiKeySecret", *SSM_AGENT_ACTIONS}
     for cond, st in statements:
         assert st["Effect"] == "Allow"
         assert all("*" not in a for a in _actions(st)), st
@@ -169,6 +215,9 @@ def test_iam_least_privilege():
     assert cond == "HasHfToken"
     assert secret["Action"] == "secretsmanager:GetSecretValue"
     assert secret["Resource"] == {"Ref": "HfTokenSecretArn"}
+    cond, secret = by_sid["ReadApiKeySecret"]
+    assert cond == "HasApiKey" and secret["Action"] == "secretsmanager:GetSecretValue"
+    assert secret["Resource"] == {"Ref": "ApiKeySecretArn"}
     assert R["InstanceProfile"]["Properties"]["Roles"] == [{"Ref": "InstanceRole"}]
 
 
@@ -203,7 +252,8 @@ def test_creation_policy_and_user_data():
     # the instance gives up (and signals FAILURE with the reason) before CloudFormation does
     assert wait_s + 5 * 60 <= timeout_min * 60
     assert "s4kv-bootstrap boot" in text
-    for param in ("ModelId", "MaxModelLen", "GpuMemoryUtilization", "HfTokenSecretArn", "LogGroup"):
+    for param in ("ModelId", "MaxModelLen", "GpuMemoryUtilization", "HfTokenSecretArn", "ApiKeySecretArn",
+                  "LogGroup"):
         assert f"'${{{param}}}'" in text, param
     assert "--port 8000" in text  # the port the security group opens and the outputs name
     assert "--stack '${AWS::StackName}' --resource Instance --region '${AWS::Region}'" in text
@@ -225,3 +275,10 @@ def test_outputs():
         assert public["Fn::Sub"] == "http://${Instance.PublicIp}" + suffix
         assert private["Fn::Sub"] == "http://${Instance.PrivateIp}" + suffix
     assert out["LogGroupName"]["Value"] == {"Ref": "LogGroup"}
+    # reaching the endpoint without an open port or a public IP: SSM port forwarding, one command
+    cmd = out["SsmPortForwardCommand"]["Value"]["Fn::Sub"]
+    assert "\n" not in cmd.strip()  # folded into one line: copy, paste, run
+    assert cmd.split() == ["aws", "ssm", "start-session", "--region", "${AWS::Region}", "--target", "${Instance}",
+                           "--document-name", "AWS-StartPortForwardingSession", "--parameters",
+                           '\'{"portNumber":["8000"],"localPortNumber":["8000"]}\'']
+    assert out["LocalEndpointUrl"]["Value"] == "http://127.0.0.1:8000/v1"

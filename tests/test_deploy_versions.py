@@ -100,3 +100,12 @@ def test_readmes_name_the_verified_releases(readme):
     assert [v.strip() for v in m.group(1).rstrip(". ").split(",")] == [e.version for e in load_gpu_verified()]
     default = newest_gpu_verified().version
     assert f"default {default}" in text and "default 0.32.0" not in text and "(default `0.32.0`)" not in text
+
+
+def test_readme_deploy_section_is_deploy_readme():
+    """README.md's Deploy section is deploy/README.md (installed on the image) one heading level
+    down: an edit to one without the other is caught here."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## Deploy\n") + 1:text.index("\n## What does not work yet\n") + 1]
+    lifted = "\n".join(line[1:] if line.startswith("##") else line for line in section.split("\n"))
+    assert lifted.rstrip() == (DEPLOY / "README.md").read_text().rstrip()
