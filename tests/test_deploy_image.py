@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -162,6 +163,67 @@ def test_systemd_analyze_verify(root, tmp_path):
                        capture_output=True, text=True, check=False, timeout=120)
     # verify exits 0 even for unknown keys and bad values: any output is a finding
     assert r.returncode == 0 and (r.stdout + r.stderr).strip() == "", r.stdout + r.stderr
+
+
+def _exposure(unit: Path) -> float:
+    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+                       capture_output=True, text=True, check=False, timeout=120)
+    m = re.search(r"Overall exposure level for " + re.escape(unit.name) + r": (\d+\.\d+)", r.stdout + r.stderr)
+    assert m, r.stdout + r.stderr
+    return float(m.group(1))
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("name", ["s4kv-serve.service", "s4kv-serve-log.service"])
+def test_systemd_analyze_security_exposure(root, name):
+    """`systemd-analyze security --offline=yes`: the server unit was 8.5 EXPOSED (four hardening
+    options), the log copier 9.6 UNSAFE (root); both must stay at 2.5 or below (OK)."""
+    assert _exposure(root / "etc/systemd/system" / name) <= 2.5
+
+
+def _unit(path: Path) -> dict[str, list[str]]:
+    """Service-section settings of a unit file, every value of a repeated key in order."""
+    out: dict[str, list[str]] = {}
+    section = None
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif line and line[0] not in "#;" and "=" in line and section == "[Service]":
+            key, value = line.split("=", 1)
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_server_unit_sandbox_keeps_the_gpu_reachable():
+    svc = _unit(IMAGE / "s4kv-serve.service")
+    assert svc["User"] == ["s4kv"] and svc["UMask"] == ["0077"]
+    assert svc["CapabilityBoundingSet"] == [""] and svc["NoNewPrivileges"] == ["yes"]
+    # devices: closed, then exactly the NVIDIA groups of /proc/devices (GPUs + ctl, UVM, MIG caps)
+    assert svc["DevicePolicy"] == ["closed"]
+    assert svc["DeviceAllow"] == ["char-nvidia rw", "char-nvidia-frontend rw", "char-nvidia-uvm rw",
+                                  "char-nvidia-caps r"]
+    # what CUDA needs and a setting would take away (deploy/README.md says why each one)
+    assert "PrivateDevices" not in svc  # would hide /dev/nvidia*
+    assert "MemoryDenyWriteExecute" not in svc  # PyTorch CPU kernels and Triton generate code
+    assert svc.get("ProcSubset", ["all"]) == ["all"]  # CUDA reads /proc/driver/nvidia
+    assert svc["SystemCallFilter"] == ["@system-service pidfd_getfd", "~@privileged"]
+    assert svc["SystemCallErrorNumber"] == ["EPERM"]
+    assert svc["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
+    # device nodes and nvidia-uvm, created as root before the sandbox (no setuid nvidia-modprobe inside)
+    assert svc["ExecStartPre"] == ["+-/usr/bin/nvidia-modprobe -u -c=0", "+-/usr/bin/nvidia-smi -L"]
+    assert svc["ExecStart"] == ["/opt/s4kv/bin/s4kv-serve"]
+
+
+def test_log_copier_is_not_root():
+    svc = _unit(IMAGE / "s4kv-serve-log.service")
+    assert svc["User"] == ["s4kv-log"] and svc["Group"] == ["s4kv-log"]
+    assert svc["SupplementaryGroups"] == ["systemd-journal"]  # reads the journal, nothing more
+    assert svc["NoNewPrivileges"] == ["yes"] and svc["CapabilityBoundingSet"] == [""]
+    assert svc["PrivateNetwork"] == ["yes"] and svc["LogsDirectory"] == ["s4kv"]
+    users = (IMAGE / "s4kv.sysusers").read_text()
+    assert re.search(r"^u s4kv-log - ", users, re.MULTILINE) and re.search(r"^m s4kv-log systemd-journal$", users, re.MULTILINE)
+    assert re.search(r"^u s4kv - ", users, re.MULTILINE)
 
 
 def test_cloudwatch_agent_config():
