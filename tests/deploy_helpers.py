@@ -71,17 +71,19 @@ def substitute(text: str, values: dict[str, str]) -> str:
 
 # -------------------------------------------------------------------------- synthetic wheels
 
-def synthetic_wheel(out: Path, dist: str, version: str, package: str, script: str) -> Path:
-    """A tiny pure-Python wheel with `package` and a console script `script`."""
+def synthetic_wheel(out: Path, dist: str, version: str, package: str, script: str | None = None,
+                    requires: tuple[str, ...] = ()) -> Path:
+    """A tiny pure-Python wheel with `package`, a console script `script` and `requires`."""
     from forklayer.testing import make_wheel
 
     di = f"{dist.replace('-', '_')}-{version}.dist-info"
     files = {
         f"{package}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{package}/cli.py": b"def main():\n    print('synthetic')\n",
-        f"{di}/entry_points.txt": f"[console_scripts]\n{script} = {package}.cli:main\n".encode(),
     }
-    return make_wheel(out, dist, version, files, requires=())
+    if script:
+        files[f"{di}/entry_points.txt"] = f"[console_scripts]\n{script} = {package}.cli:main\n".encode()
+    return make_wheel(out, dist, version, files, requires=requires)
 
 
 # ---------------------------------------------------------------------------- small utilities

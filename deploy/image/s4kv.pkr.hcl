@@ -3,6 +3,7 @@
 # CloudWatch agent config). The result is the ImageId of deploy/cfn-gpu-serving.yaml.
 #
 #   nox -s build-vllm-s4kv                       # dist/: vllm-<v>+s4kv.<N>-*.whl, s4kv-*.whl
+#   nox -s image-constraints -- 0.24.0           # deploy/image/constraints/vllm-0.24.0.txt (hashed)
 #   cd deploy/image && packer init . && packer build -var region=us-east-1 .
 #
 # Building needs AWS credentials allowed to run Packer's amazon-ebs builder.
@@ -68,6 +69,9 @@ locals {
   # refusal itself is provision.sh's, which reads the same file on the build instance).
   gpu_verified  = flatten(regexall("(?m)^([0-9]+(?:\\.[0-9]+)*)[ \\t]", file("${path.root}/../GPU_VERIFIED")))
   vllm_verified = contains(local.gpu_verified, var.vllm_version)
+  # The hashed constraints provision.sh installs from (nox -s image-constraints writes them):
+  # file() fails the build here, before an instance is launched, when they are missing.
+  constraints = file("${path.root}/constraints/vllm-${var.vllm_version}.txt")
   wheels = concat(
     [for f in fileset(var.dist_dir, "vllm-${var.vllm_version}+s4kv.*.whl") : "${var.dist_dir}/${f}"],
     [for f in fileset(var.dist_dir, "s4kv-*.whl") : "${var.dist_dir}/${f}"],
@@ -115,6 +119,7 @@ source "amazon-ebs" "s4kv" {
     Name              = "${var.ami_name_prefix}-${var.vllm_version}"
     s4kv-vllm         = var.vllm_version
     s4kv-gpu-verified = local.vllm_verified ? "yes" : "no"
+    s4kv-constraints  = sha256(local.constraints)
     s4kv-base         = "{{ .SourceAMI }}"
   }
 }
