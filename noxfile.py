@@ -9,6 +9,7 @@
     nox -s lint                     ruff
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
     nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
+    nox -s image-constraints        deploy/image/constraints/vllm-<v>.txt: the image's hashed dependencies
 
 Environments are plain venvs filled by pip (no uv).
 """
@@ -129,6 +130,21 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "forklayer", "s4kv", "tests", "noxfile.py")
+
+
+@nox.session(name="image-constraints", python="3.11")
+def image_constraints(session: nox.Session) -> None:
+    """`-- [0.24.0 ...]`: deploy/image/constraints/vllm-<v>.txt for each VERSIONS release that ships the
+    CUDA build (default: all of them), from dist/'s wheels (nox -s build-vllm-s4kv first): every dependency
+    of the image pinned by sha256, for the image's Python 3.11 (provision.sh installs them with
+    --require-hashes). Needs the package index with the CUDA wheels (torch, nvidia-*)."""
+    pins = [p for p in PINS if "vllm" in p.builds and (not session.posargs or p.version in session.posargs)]
+    if not pins or (session.posargs and len(pins) != len(set(session.posargs))):
+        session.error(f"no CUDA release of VERSIONS among {session.posargs}")
+    for pin in pins:
+        session.run("python", "deploy/image/constraints.py", "--wheels", str(ROOT / "dist"),
+                    "--vllm-version", pin.version, "--expect", f"torch=={pin.torch}",
+                    "--out", str(ROOT / "deploy/image/constraints" / f"vllm-{pin.version}.txt"))
 
 
 # The Triton of the lent GPU machine (torch 2.11 there): its ptxas compiles what runs there.

@@ -97,3 +97,71 @@ def newest(pins: list[Pin], build: str | None = None) -> Pin:
     if not cands:
         raise VersionsError(f"no VERSIONS entry ships build {build!r}")
     return max(cands, key=lambda p: p.key)
+
+
+# ------------------------------------------------------------------------------ GPU_VERIFIED
+# The VERSIONS releases whose S4 KV kernels passed the GPU tests. The deploy image builds only
+# these unless told otherwise (deploy/image/provision.sh --allow-unverified); the Packer default,
+# the README and the deploy tests read the same file.
+#
+# Format: one release per line, ``<vllm version>  <date>  <GPU>  <commit>``: the date (ISO) of
+# the passing GPU test run, the GPU it ran on, and the commit it tested; ``#`` starts a comment.
+# Only a release that ships the CUDA build (``vllm``) can be listed.
+
+GPU_VERIFIED_FILE = VERSIONS_FILE.parent / "deploy" / "GPU_VERIFIED"
+
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_GPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class GpuVerified:
+    """One line of GPU_VERIFIED."""
+
+    version: str
+    date: str
+    gpu: str
+    commit: str
+
+
+def parse_gpu_verified(text: str, pins: list[Pin], source: str = "GPU_VERIFIED") -> list[GpuVerified]:
+    by_version = {p.version: p for p in pins}
+    out: list[GpuVerified] = []
+    seen: set[str] = set()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        where = f"{source}:{lineno}"
+        if len(fields) != 4:
+            raise VersionsError(f"{where}: expected '<vllm version>  <date>  <GPU>  <commit>', got {raw.strip()!r}")
+        version, date, gpu, commit = fields
+        if version not in by_version:
+            raise VersionsError(f"{where}: vLLM {version} is not in VERSIONS")
+        if "vllm" not in by_version[version].builds:
+            raise VersionsError(f"{where}: vLLM {version} ships no CUDA build ('vllm') in VERSIONS")
+        if not _DATE_RE.match(date):
+            raise VersionsError(f"{where}: bad date {date!r} (YYYY-MM-DD)")
+        if not _GPU_RE.match(gpu):
+            raise VersionsError(f"{where}: bad GPU name {gpu!r}")
+        if not _COMMIT_RE.match(commit):
+            raise VersionsError(f"{where}: bad commit {commit!r} (7-40 lowercase hex digits)")
+        if version in seen:
+            raise VersionsError(f"{where}: vLLM {version} listed twice")
+        seen.add(version)
+        out.append(GpuVerified(version, date, gpu, commit))
+    return out
+
+
+def load_gpu_verified(path: Path = GPU_VERIFIED_FILE, pins: list[Pin] | None = None) -> list[GpuVerified]:
+    pins = load_versions() if pins is None else pins
+    return parse_gpu_verified(Path(path).read_text(), pins, source=str(Path(path).name))
+
+
+def newest_gpu_verified(path: Path = GPU_VERIFIED_FILE, pins: list[Pin] | None = None) -> GpuVerified:
+    entries = load_gpu_verified(path, pins)
+    if not entries:
+        raise VersionsError(f"{Path(path).name}: no GPU-verified release listed")
+    return max(entries, key=lambda e: version_key(e.version))

@@ -71,17 +71,19 @@ def substitute(text: str, values: dict[str, str]) -> str:
 
 # -------------------------------------------------------------------------- synthetic wheels
 
-def synthetic_wheel(out: Path, dist: str, version: str, package: str, script: str) -> Path:
-    """A tiny pure-Python wheel with `package` and a console script `script`."""
+def synthetic_wheel(out: Path, dist: str, version: str, package: str, script: str | None = None,
+                    requires: tuple[str, ...] = ()) -> Path:
+    """A tiny pure-Python wheel with `package`, a console script `script` and `requires`."""
     from forklayer.testing import make_wheel
 
     di = f"{dist.replace('-', '_')}-{version}.dist-info"
     files = {
         f"{package}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{package}/cli.py": b"def main():\n    print('synthetic')\n",
-        f"{di}/entry_points.txt": f"[console_scripts]\n{script} = {package}.cli:main\n".encode(),
     }
-    return make_wheel(out, dist, version, files, requires=())
+    if script:
+        files[f"{di}/entry_points.txt"] = f"[console_scripts]\n{script} = {package}.cli:main\n".encode()
+    return make_wheel(out, dist, version, files, requires=requires)
 
 
 # ---------------------------------------------------------------------------- small utilities
@@ -254,6 +256,7 @@ argv = sys.argv[1:]
 state = Path(os.environ["FAKE_STATE"])
 with open(state / "vllm-argv.jsonl", "a") as f:
     f.write(json.dumps(argv) + "\n")
+(state / "vllm-env.json").write_text(json.dumps(dict(os.environ)))  # what the launcher exported
 mode = os.environ.get("FAKE_VLLM_MODE", "healthy")
 print("INFO fake vllm", " ".join(argv), flush=True)
 if mode == "crash":
@@ -290,12 +293,21 @@ if "flaky" in model:
 print(f"{model}: supported by int4_kivi (head_dim 128)")
 '''
 
+# aws secretsmanager get-secret-value: FAKE_AWS_SECRETS (JSON: secret id -> SecretString, or
+# null for "unreachable": exit 255 like the CLI) overrides the default answer hf_test_token_123.
 FAKE_AWS = r'''
 import json, os, sys
 from pathlib import Path
+argv = sys.argv[1:]
 with open(Path(os.environ["FAKE_STATE"]) / "aws.log", "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\n")
-print("hf_test_token_123")
+    f.write(json.dumps(argv) + "\n")
+secrets = json.loads(os.environ.get("FAKE_AWS_SECRETS", "{}"))
+secret_id = argv[argv.index("--secret-id") + 1]
+value = secrets.get(secret_id, "hf_test_token_123")
+if value is None:
+    print("Could not connect to the endpoint URL", file=sys.stderr)
+    sys.exit(255)
+print(value)
 '''
 
 
@@ -358,6 +370,10 @@ class FakeInstance:
     def calls(self, name: str) -> list[list[str]]:
         path = self.state / f"{name}.log"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def vllm_env(self) -> dict[str, str]:
+        """The environment of the last fake vllm start."""
+        return json.loads((self.state / "vllm-env.json").read_text())
 
     def vllm_argv(self) -> list[list[str]]:
         path = self.state / "vllm-argv.jsonl"

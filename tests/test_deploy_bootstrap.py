@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -77,12 +78,133 @@ def test_launcher_defaults_and_empty_values(inst):
                                     "--host", "0.0.0.0", "--port", "8000"]
 
 
-def test_launcher_exports_other_keys_and_no_glob(inst, tmp_path):
+def test_launcher_exports_allowed_keys_and_no_glob(inst, tmp_path):
     (tmp_path / "match-me").write_text("")
     r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_KV_CACHE_DTYPE=auto\nS4KV_EXTRA_ARGS=--x {tmp_path}/*\n"
-                     f"VLLM_API_KEY=k\nS4KV_VENV={inst.venv}\n", dry=False, FAKE_VLLM_MODE="print-env")
+                     "VLLM_API_KEY=k\nHF_HUB_OFFLINE=1\nCUDA_VISIBLE_DEVICES=0,1\nNCCL_DEBUG=WARN\n"
+                     f"S4KV_VENV={inst.venv}\n", dry=False, FAKE_VLLM_MODE="print-env")
     assert r.returncode == 0, r.stderr
     assert inst.vllm_argv()[-1][-2:] == ["--x", f"{tmp_path}/*"]
+    env = inst.vllm_env()
+    assert (env["VLLM_API_KEY"], env["HF_HUB_OFFLINE"], env["CUDA_VISIBLE_DEVICES"], env["NCCL_DEBUG"]) == \
+        ("k", "1", "0,1", "WARN")
+
+
+# Keys that would change which code runs (or, misspelt, silently do nothing): each is refused by
+# name, before anything is exported or run.
+@pytest.mark.parametrize("line", [
+    "LD_PRELOAD=/tmp/evil.so",
+    "LD_LIBRARY_PATH=/tmp",
+    "PYTHONPATH=/tmp/evil",
+    "PYTHONSTARTUP=/tmp/evil.py",
+    "PATH=/tmp/evil:/usr/bin",
+    "BASH_ENV=/tmp/evil.sh",
+    "S4KV_AWS_CLI=/tmp/evil",
+    "S4KV_SERVE_ENV=/tmp/other.env",
+    "S4KV_MAX_MODEL_LENGTH=4096",  # misspelt setting
+    "CUDA_INJECTION64_PATH=/tmp/evil.so",
+    "NCCL_NET_PLUGIN=/tmp/evil.so",
+    "  HOME=/tmp",
+    "vllm_api_key=lowercase",
+])
+def test_launcher_refuses_keys_outside_the_allow_list(inst, line):
+    key = line.strip().split("=", 1)[0]
+    r = launch(inst, f"S4KV_MODEL_ID=m\n{line}\nS4KV_VENV={inst.venv}\n", dry=False)
+    assert r.returncode == 78, (r.returncode, r.stderr)
+    assert f"serve.env:2: {key} may not be set in serve.env" in r.stderr, r.stderr
+    assert inst.vllm_argv() == [] and inst.calls("aws") == []
+
+
+@pytest.mark.parametrize("line", ["export LD_PRELOAD=/tmp/evil.so", "LD_PRELOAD =x", "S4KV_PORT 8000"])
+def test_launcher_refuses_lines_that_are_not_assignments(inst, line):
+    r = launch(inst, f"S4KV_MODEL_ID=m\n{line}\nS4KV_VENV={inst.venv}\n")
+    assert r.returncode == 78 and "serve.env:2: not a KEY=VALUE line" in r.stderr, r.stderr
+
+
+def test_launcher_values_are_data_not_code(inst, tmp_path):
+    marker = tmp_path / "pwned"
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_SERVED_MODEL_NAME=$(touch {marker})\n"
+                     f"S4KV_EXTRA_ARGS=--x `touch {marker}`;touch {marker}\n"
+                     f"VLLM_LOGGING_PREFIX=${{IFS}}$(touch {marker})\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_VLLM_MODE="print-env")
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()
+    argv = inst.vllm_argv()[-1]
+    assert argv[argv.index("--served-model-name") + 1] == f"$(touch {marker})"
+    assert argv[-4:] == ["--x", "`touch", f"{marker}`;touch", str(marker)]  # split on blanks only
+    assert inst.vllm_env()["VLLM_LOGGING_PREFIX"] == f"${{IFS}}$(touch {marker})"
+
+
+def test_launcher_no_longer_runs_a_configurable_aws_cli(inst, tmp_path):
+    """S4KV_AWS_CLI used to name the command run to fetch the token; now `aws` from the unit's PATH."""
+    marker = tmp_path / "ran"
+    evil = write_exe(tmp_path / "evil", f"#!/bin/sh\ntouch {marker}\necho stolen\n")
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hf-AbCdEf"
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_HF_TOKEN_SECRET_ARN={arn}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_VLLM_MODE="print-env", S4KV_AWS_CLI=evil)
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists() and "HF_TOKEN=hf_test_token_123" in r.stdout
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o660, 0o646, 0o620])
+def test_launcher_refuses_a_serve_env_others_can_write(inst, mode):
+    envfile = inst.base / "serve.env"
+    envfile.write_text(f"S4KV_MODEL_ID=m\nS4KV_VENV={inst.venv}\n")
+    envfile.chmod(mode)
+    r = subprocess.run([str(LAUNCHER)], env=inst.env(S4KV_SERVE_ENV=envfile, S4KV_DRY_RUN="1"),
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 78 and "is writable by group or others" in r.stderr, r.stderr
+    envfile.chmod(0o640)
+    r = subprocess.run([str(LAUNCHER)], env=inst.env(S4KV_SERVE_ENV=envfile, S4KV_DRY_RUN="1"),
+                       capture_output=True, text=True, check=False, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+TRICKY_ENV = """# one parser: the quoting rules of both readers are the launcher's
+S4KV_MODEL_ID="org/model"
+S4KV_SERVED_MODEL_NAME='a b'   \r
+  S4KV_MAX_MODEL_LEN=1024
+VLLM_D=trailing blanks kept   
+S4KV_EXTRA_ARGS=--x "y z" # not a comment
+VLLM_A="unbalanced
+VLLM_B=a=b=c
+VLLM_C="x" "y"
+S4KV_PORT=1
+S4KV_PORT=8000
+"""
+
+
+def test_bootstrap_reads_serve_env_exactly_as_the_launcher_exports_it(inst, monkeypatch):
+    envfile = inst.base / "serve.env"
+    envfile.write_text(TRICKY_ENV + f"S4KV_VENV={inst.venv}\nS4KV_KV_CACHE_DTYPE=auto\n")
+    r = launch(inst, envfile.read_text(), dry=False, FAKE_VLLM_MODE="print-env")
+    assert r.returncode == 0, r.stderr
+    exported = inst.vllm_env()
+    mod = _bootstrap_module()
+    monkeypatch.setenv("S4KV_ROOT", str(inst.root))  # the bootstrap runs the image's launcher
+    values = mod.read_env(str(envfile))
+    records = mod.parse_env(str(envfile))
+    assert values == {k: exported[k] for k in values}
+    assert values["S4KV_SERVED_MODEL_NAME"] == "a b" and values["VLLM_D"] == "trailing blanks kept   "
+    assert values["S4KV_EXTRA_ARGS"] == '--x "y z" # not a comment' and values["VLLM_A"] == '"unbalanced'
+    assert values["VLLM_B"] == "a=b=c" and values["VLLM_C"] == 'x" "y' and values["S4KV_PORT"] == "8000"
+    assert [(n, k) for n, k, _ in records][:3] == [(2, "S4KV_MODEL_ID"), (3, "S4KV_SERVED_MODEL_NAME"),
+                                                   (4, "S4KV_MAX_MODEL_LEN")]
+
+
+def test_print_env_refuses_like_the_launcher(inst):
+    envfile = inst.base / "serve.env"
+    envfile.write_text("S4KV_MODEL_ID=m\nLD_PRELOAD=/tmp/x.so\n")
+    r = subprocess.run([str(LAUNCHER), "--print-env"], env=inst.env(S4KV_SERVE_ENV=envfile),
+                       capture_output=True, check=False, timeout=60)
+    assert r.returncode == 78 and r.stdout == b"" and b"LD_PRELOAD may not be set" in r.stderr
+    envfile.write_text("S4KV_MODEL_ID=m\n")
+    r = subprocess.run([str(LAUNCHER), "--print-env"], env=inst.env(S4KV_SERVE_ENV=envfile),
+                       capture_output=True, check=False, timeout=60)
+    assert r.returncode == 0 and r.stdout == b"1\0S4KV_MODEL_ID\0m\0"
+    r = subprocess.run([str(LAUNCHER), "--bogus"], env=inst.env(S4KV_SERVE_ENV=envfile),
+                       capture_output=True, check=False, timeout=60)
+    assert r.returncode == 2 and b"usage: s4kv-serve [--print-env]" in r.stderr
 
 
 @pytest.mark.parametrize("text, message", [
@@ -135,6 +257,40 @@ def test_launcher_fetches_hf_token_from_the_secret(inst):
                                   "--region", "eu-west-1", "--query", "SecretString", "--output", "text"]]
 
 
+API_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:s4kv-api-key-Xy12Ab"
+
+
+def test_launcher_gives_vllm_the_api_key_from_the_secret(inst):
+    secrets = json.dumps({API_ARN: "sk-s4kv-0123456789abcdef"})
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_VLLM_MODE="print-env", FAKE_AWS_SECRETS=secrets)
+    assert r.returncode == 0, r.stderr
+    assert inst.vllm_env()["VLLM_API_KEY"] == "sk-s4kv-0123456789abcdef"  # vLLM's own API key setting
+    assert "sk-s4kv" not in " ".join(inst.vllm_argv()[-1]) and "sk-s4kv" not in r.stderr
+    assert inst.calls("aws") == [["secretsmanager", "get-secret-value", "--secret-id", API_ARN,
+                                  "--region", "us-west-2", "--query", "SecretString", "--output", "text"]]
+    # read at every start, written nowhere: not in serve.env, not under the instance's root
+    assert not any(b"sk-s4kv" in f.read_bytes() for f in inst.root.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("answer, code, message", [
+    (None, 75, "could not read the API key from"),  # Secrets Manager unreachable: the unit retries
+    ("", 78, "holds no API key (empty, or no SecretString)"),
+    ("None", 78, "holds no API key"),  # a binary secret: aws --output text prints None
+])
+def test_launcher_refuses_without_a_usable_api_key(inst, answer, code, message):
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nS4KV_VENV={inst.venv}\n",
+               dry=False, FAKE_AWS_SECRETS=json.dumps({API_ARN: answer}))
+    assert r.returncode == code and message in r.stderr, (r.returncode, r.stderr)
+    assert inst.vllm_argv() == []  # never serves without the key it was told to require
+
+
+def test_launcher_refuses_two_api_keys(inst):
+    r = launch(inst, f"S4KV_MODEL_ID=m\nS4KV_API_KEY_SECRET_ARN={API_ARN}\nVLLM_API_KEY=other\n"
+                     f"S4KV_VENV={inst.venv}\n")
+    assert r.returncode == 78 and "VLLM_API_KEY and S4KV_API_KEY_SECRET_ARN are both set" in r.stderr
+
+
 def test_exit_codes_agree():
     """78 is EX_CONFIG in the launcher, the unit's RestartPreventExitStatus and the bootstrap."""
     assert "readonly EX_CONFIG=78 EX_TEMPFAIL=75" in LAUNCHER.read_text()
@@ -166,25 +322,27 @@ def bootstrap(inst, *args, **env):
                           capture_output=True, text=True, check=False, timeout=60)
 
 
-def test_configure_merges_serve_env_and_cloudwatch(inst):
+def test_configure_merges_serve_env_and_cloudwatch(inst, monkeypatch):
     env_file = inst.root / "etc/s4kv/serve.env"
     env_file.write_text(env_file.read_text() + "VLLM_API_KEY=keep-me\nS4KV_MAX_MODEL_LEN=1\n")
     r = bootstrap(inst, "configure", "--model-id", "meta-llama/Llama-3.1-8B-Instruct",
                   "--max-model-len", "0", "--gpu-memory-utilization", "0.85",
-                  "--hf-token-secret-arn", "", "--log-group", "s4kv-stack-LogGroup-X1")
+                  "--hf-token-secret-arn", "", "--api-key-secret-arn", API_ARN,
+                  "--log-group", "s4kv-stack-LogGroup-X1")
     assert r.returncode == 0, r.stdout + r.stderr
     mod = _bootstrap_module()
+    monkeypatch.setenv("S4KV_ROOT", str(inst.root))
     values = mod.read_env(str(env_file))
     assert values["S4KV_MODEL_ID"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert values["S4KV_MAX_MODEL_LEN"] == ""  # 0 = the model's maximum
     assert values["S4KV_GPU_MEMORY_UTILIZATION"] == "0.85"
     assert values["S4KV_HF_TOKEN_SECRET_ARN"] == ""
+    assert values["S4KV_API_KEY_SECRET_ARN"] == API_ARN
     assert values["S4KV_PORT"] == "8000" and values["S4KV_HOST"] == "0.0.0.0"
     assert values["VLLM_API_KEY"] == "keep-me"  # operator lines survive
     assert inst.serve_env().count("S4KV_MAX_MODEL_LEN=") == 1
     assert "# KV cache dtype" in inst.serve_env()  # comments survive
-    assert oct(env_file.stat().st_mode & 0o777) == "0o644"
-    import json
+    assert oct(env_file.stat().st_mode & 0o777) == "0o640"  # the server's group reads, only root writes
     cw = json.loads((inst.root / "opt/aws/amazon-cloudwatch-agent/etc/s4kv.json").read_text())
     groups = {c["log_group_name"] for c in cw["logs"]["logs_collected"]["files"]["collect_list"]}
     assert groups == {"s4kv-stack-LogGroup-X1"}
@@ -196,10 +354,30 @@ def test_configure_merges_serve_env_and_cloudwatch(inst):
     ["--model-id", "x'; rm -rf /"],
     ["--model-id", "m", "--max-model-len", "8 192"],
     ["--model-id", "m", "--hf-token-secret-arn", "arn:aws:s3:::bucket"],
+    ["--model-id", "m", "--api-key-secret-arn", "arn:aws:secretsmanager:us-east-1:123456789012:secret:k\nLD_PRELOAD=x"],
 ])
 def test_configure_rejects_bad_values(inst, args):
     r = bootstrap(inst, "configure", *args)
     assert r.returncode == 1 and "invalid --" in r.stdout
+
+
+def test_configure_refuses_a_serve_env_the_launcher_would_refuse(inst):
+    env_file = inst.root / "etc/s4kv/serve.env"
+    env_file.write_text(env_file.read_text() + "PYTHONPATH=/tmp/evil\n")
+    before = env_file.read_bytes()
+    r = bootstrap(inst, "configure", "--model-id", "m")
+    assert r.returncode == 1, r.stdout
+    assert "FAILED (config-refused)" in r.stdout and "PYTHONPATH may not be set" in r.stdout
+    assert env_file.read_bytes() == before and not env_file.with_name("serve.env.tmp").exists()
+
+
+def test_user_data_with_an_injected_serve_env_key_signals_config_refused(inst):
+    env_file = inst.root / "etc/s4kv/serve.env"
+    env_file.write_text(env_file.read_text() + "LD_PRELOAD=/tmp/evil.so\n")
+    r = run_user_data(inst, user_data(free_port()))
+    assert r.returncode == 1
+    assert signals(inst) == [("false", "config-refused")]
+    assert "LD_PRELOAD may not be set" in inst.bootstrap_log() and inst.vllm_argv() == []
 
 
 def test_reason_from_logs():
@@ -222,7 +400,8 @@ def user_data(port: int, timeout: int = 120, **params) -> str:
     instance = load_template()["Resources"]["Instance"]
     text = instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Sub"]
     values = {"ModelId": "Qwen/Qwen2.5-7B-Instruct", "MaxModelLen": "8192",
-              "GpuMemoryUtilization": "0.9", "HfTokenSecretArn": "", "LogGroup": "s4kv-lg",
+              "GpuMemoryUtilization": "0.9", "HfTokenSecretArn": "", "ApiKeySecretArn": "",
+              "LogGroup": "s4kv-lg",
               "AWS::StackName": STACK, "AWS::Region": "us-east-1"}
     values.update(params)
     text = substitute(text, values)
@@ -254,6 +433,17 @@ def test_user_data_healthy_signals_success(inst):
     systemctl = inst.calls("systemctl")
     assert ["enable", "s4kv-serve.service"] in systemctl and ["restart", "s4kv-serve.service"] in systemctl
     assert "answered 200: serving" in inst.bootstrap_log()
+
+
+def test_user_data_with_an_api_key_serves_behind_it(inst):
+    port = free_port()
+    r = run_user_data(inst, user_data(port, ApiKeySecretArn=API_ARN),
+                      FAKE_AWS_SECRETS=json.dumps({API_ARN: "sk-from-the-stack"}))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert signals(inst) == [("true", None)]
+    assert f"S4KV_API_KEY_SECRET_ARN={API_ARN}" in inst.serve_env().splitlines()
+    assert "sk-from-the-stack" not in inst.serve_env() and "sk-from-the-stack" not in inst.bootstrap_log()
+    assert inst.vllm_env()["VLLM_API_KEY"] == "sk-from-the-stack"
 
 
 def test_user_data_refused_model_signals_failure_with_reason(inst):

@@ -39,27 +39,72 @@ def test_cfn_lint_clean():
 
 def test_parameters():
     assert set(P) >= {"ModelId", "InstanceType", "ImageId", "VpcId", "SubnetId", "AllowedCidr",
-                      "KeyName", "HfTokenSecretArn", "MaxModelLen", "GpuMemoryUtilization"}
+                      "KeyName", "HfTokenSecretArn", "ApiKeySecretArn", "MaxModelLen", "GpuMemoryUtilization"}
     assert P["ModelId"]["Default"] == "Qwen/Qwen2.5-7B-Instruct"
     assert P["ImageId"]["Type"] == "AWS::EC2::Image::Id" and "Default" not in P["ImageId"]
     assert P["VpcId"]["Type"] == "AWS::EC2::VPC::Id"
     assert P["SubnetId"]["Type"] == "AWS::EC2::Subnet::Id"
     assert P["KeyName"]["Default"] == "" and P["HfTokenSecretArn"]["Default"] == ""
+    assert P["ApiKeySecretArn"]["Default"] == ""  # but required once a port is open (the Rule)
     assert P["MaxModelLen"]["Type"] == "Number" and P["GpuMemoryUtilization"]["Type"] == "Number"
     assert 0 < P["GpuMemoryUtilization"]["MaxValue"] < 1
     assert P["RootVolumeSize"]["MinValue"] >= 100
 
 
-def test_allowed_cidr_has_no_default_and_refuses_the_world():
+def test_allowed_cidr_has_no_default_and_refuses_wide_prefixes():
     cidr = P["AllowedCidr"]
     assert "Default" not in cidr
     pattern = re.compile(cidr["AllowedPattern"])
-    for ok in ("203.0.113.7/32", "10.0.0.0/8", "0.0.0.0/0"):  # syntax only; the Rule refuses /0
-        assert pattern.fullmatch(ok)
-    for bad in ("203.0.113.7", "10.0.0.0/33", "256.1.1.1/32", "::/0", "10.0.0.0/8 "):
-        assert not pattern.fullmatch(bad)
-    assertion = T["Rules"]["NotOpenToTheWorld"]["Assertions"][0]["Assert"]
-    assert assertion == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AllowedCidr"}, "0.0.0.0/0"]}]}
+    for ok in ("203.0.113.7/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.1.0/24", "100.64.0.0/10"):
+        assert pattern.fullmatch(ok), ok
+    # the world and everything near it: a string match on 0.0.0.0/0 let 0.0.0.0/1 through
+    for prefix in range(8):
+        for net in ("0.0.0.0", "128.0.0.0", "10.0.0.0"):
+            assert not pattern.fullmatch(f"{net}/{prefix}"), f"{net}/{prefix}"
+    assert not pattern.fullmatch("0.0.0.0/00") and not pattern.fullmatch("0.0.0.0/07")
+    for bad in ("203.0.113.7", "10.0.0.0/33", "256.1.1.1/32", "::/0", "10.0.0.0/8 ", "10.0.0.0/8\n"):
+        assert not pattern.fullmatch(bad), bad
+    assert pattern.fullmatch("")  # no port open: SSM port forwarding only
+
+
+def _eval(expr, params: dict[str, str]):
+    """The intrinsics the template's Rules use, evaluated for a set of parameter values."""
+    if isinstance(expr, dict):
+        (fn, arg), = expr.items()
+        if fn == "Ref":
+            return params.get(arg, P[arg].get("Default"))
+        if fn == "Fn::Equals":
+            return _eval(arg[0], params) == _eval(arg[1], params)
+        if fn == "Fn::Not":
+            return not _eval(arg[0], params)
+        if fn == "Fn::And":
+            return all(_eval(a, params) for a in arg)
+        raise AssertionError(f"unexpected intrinsic {fn} in Rules")
+    return expr
+
+
+def _rules_refuse(**params) -> list[str]:
+    refused = []
+    for name, rule in T["Rules"].items():
+        if "RuleCondition" in rule and not _eval(rule["RuleCondition"], params):
+            continue
+        refused += [name for a in rule["Assertions"] if not _eval(a["Assert"], params)]
+    return refused
+
+
+KEY_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:s4kv-api-key-AbC123"
+
+
+def test_an_open_port_needs_the_api_key():
+    # port 8000 reachable from a CIDR without a key: the stack refuses to be created
+    assert _rules_refuse(AllowedCidr="203.0.113.7/32") == ["ReachableEndpointNeedsApiKey"]
+    assert _rules_refuse(AllowedCidr="203.0.113.7/32", ApiKeySecretArn=KEY_ARN) == []
+    # nothing open: SSM port forwarding, the key optional
+    assert _rules_refuse(AllowedCidr="") == [] and _rules_refuse(AllowedCidr="", ApiKeySecretArn=KEY_ARN) == []
+    # SSH needs a CIDR to open 22 to
+    assert _rules_refuse(AllowedCidr="", KeyName="my-key") == ["SshNeedsAllowedCidr"]
+    assert _rules_refuse(AllowedCidr="10.0.0.0/16", KeyName="my-key", ApiKeySecretArn=KEY_ARN) == []
+    assert set(P["ApiKeySecretArn"]["AllowedPattern"].split("|")) == set(P["HfTokenSecretArn"]["AllowedPattern"].split("|"))
 
 
 def test_model_id_and_secret_patterns_keep_user_data_safe():
@@ -99,12 +144,16 @@ def _ingress():
 def test_security_group():
     rules = _ingress()
     ports = {(r["FromPort"], r["ToPort"]): cond for cond, r in rules}
-    assert ports == {(8000, 8000): None, (22, 22): "HasKeyName"}
+    assert ports == {(8000, 8000): "HasAllowedCidr", (22, 22): "OpenSsh"}  # nothing open by itself
     for _, r in rules:
         assert r["IpProtocol"] == "tcp"
         assert r["CidrIp"] == {"Ref": "AllowedCidr"}
         assert "CidrIpv6" not in r
-    assert T["Conditions"]["HasKeyName"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "KeyName"}, ""]}]}
+    c = T["Conditions"]
+    assert c["HasKeyName"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "KeyName"}, ""]}]}
+    assert c["HasAllowedCidr"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AllowedCidr"}, ""]}]}
+    # (the test loader spells !Condition as Fn::Condition; CloudFormation's long form is {"Condition": ...})
+    assert c["OpenSsh"] == {"Fn::And": [{"Fn::Condition": "HasKeyName"}, {"Fn::Condition": "HasAllowedCidr"}]}
     egress = R["SecurityGroup"]["Properties"]["SecurityGroupEgress"]
     assert [(e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in egress] == [("tcp", 443, 443)]
 
@@ -122,21 +171,42 @@ def _statements():
     return out
 
 
+# What the SSM agent calls (Session Manager: shell and port forwarding; Run Command). None of
+# these takes a resource ARN, so "*" is their only resource; nothing else may have it.
+SSM_AGENT_ACTIONS = {
+    "SsmAgentRegister": ["ssm:UpdateInstanceInformation"],
+    "SessionManagerChannels": ["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+                               "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"],
+    "SsmAgentMessages": ["ec2messages:AcknowledgeMessage", "ec2messages:DeleteMessage",
+                         "ec2messages:FailMessage", "ec2messages:GetEndpoint", "ec2messages:GetMessages",
+                         "ec2messages:SendReply"],
+}
+
+
+def _actions(st) -> list[str]:
+    return st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+
+
 def test_iam_least_privilege():
     role = R["InstanceRole"]["Properties"]
     assert role["AssumeRolePolicyDocument"]["Statement"] == [
         {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]
-    assert role["ManagedPolicyArns"] == [
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}]
+    # no managed policy: AmazonSSMManagedInstanceCore grants ssm:GetParameter(s) on every parameter
+    assert "ManagedPolicyArns" not in role
     statements = _statements()
     by_sid = {st["Sid"]: (cond, st) for cond, st in statements}
-    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret"}
+    assert set(by_sid) == {"WriteOwnLogGroup", "ReadHfTokenSecret", "ReadApiKeySecret", *SSM_AGENT_ACTIONS}
     for cond, st in statements:
         assert st["Effect"] == "Allow"
-        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
-        assert all("*" not in a for a in actions), actions
-        assert st["Resource"] != "*" and "*" not in str(st["Resource"]), st
-        assert "NotAction" not in st and "NotResource" not in st
+        assert all("*" not in a for a in _actions(st)), st
+        assert "NotAction" not in st and "NotResource" not in st and "Condition" not in st
+        if st["Sid"] in SSM_AGENT_ACTIONS:
+            assert cond is None and st["Resource"] == "*"
+            assert sorted(_actions(st)) == sorted(SSM_AGENT_ACTIONS[st["Sid"]])
+        else:
+            assert st["Resource"] != "*" and "*" not in str(st["Resource"]), st
+    granted = {a for _, st in statements for a in _actions(st)}
+    assert not {a for a in granted if a.startswith("ssm:")} - {"ssm:UpdateInstanceInformation"}
     cond, logs = by_sid["WriteOwnLogGroup"]
     assert cond is None
     assert sorted(logs["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
@@ -145,6 +215,9 @@ def test_iam_least_privilege():
     assert cond == "HasHfToken"
     assert secret["Action"] == "secretsmanager:GetSecretValue"
     assert secret["Resource"] == {"Ref": "HfTokenSecretArn"}
+    cond, secret = by_sid["ReadApiKeySecret"]
+    assert cond == "HasApiKey" and secret["Action"] == "secretsmanager:GetSecretValue"
+    assert secret["Resource"] == {"Ref": "ApiKeySecretArn"}
     assert R["InstanceProfile"]["Properties"]["Roles"] == [{"Ref": "InstanceRole"}]
 
 
@@ -179,7 +252,8 @@ def test_creation_policy_and_user_data():
     # the instance gives up (and signals FAILURE with the reason) before CloudFormation does
     assert wait_s + 5 * 60 <= timeout_min * 60
     assert "s4kv-bootstrap boot" in text
-    for param in ("ModelId", "MaxModelLen", "GpuMemoryUtilization", "HfTokenSecretArn", "LogGroup"):
+    for param in ("ModelId", "MaxModelLen", "GpuMemoryUtilization", "HfTokenSecretArn", "ApiKeySecretArn",
+                  "LogGroup"):
         assert f"'${{{param}}}'" in text, param
     assert "--port 8000" in text  # the port the security group opens and the outputs name
     assert "--stack '${AWS::StackName}' --resource Instance --region '${AWS::Region}'" in text
@@ -201,3 +275,10 @@ def test_outputs():
         assert public["Fn::Sub"] == "http://${Instance.PublicIp}" + suffix
         assert private["Fn::Sub"] == "http://${Instance.PrivateIp}" + suffix
     assert out["LogGroupName"]["Value"] == {"Ref": "LogGroup"}
+    # reaching the endpoint without an open port or a public IP: SSM port forwarding, one command
+    cmd = out["SsmPortForwardCommand"]["Value"]["Fn::Sub"]
+    assert "\n" not in cmd.strip()  # folded into one line: copy, paste, run
+    assert cmd.split() == ["aws", "ssm", "start-session", "--region", "${AWS::Region}", "--target", "${Instance}",
+                           "--document-name", "AWS-StartPortForwardingSession", "--parameters",
+                           '\'{"portNumber":["8000"],"localPortNumber":["8000"]}\'']
+    assert out["LocalEndpointUrl"]["Value"] == "http://127.0.0.1:8000/v1"

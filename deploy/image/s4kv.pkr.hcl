@@ -3,6 +3,7 @@
 # CloudWatch agent config). The result is the ImageId of deploy/cfn-gpu-serving.yaml.
 #
 #   nox -s build-vllm-s4kv                       # dist/: vllm-<v>+s4kv.<N>-*.whl, s4kv-*.whl
+#   nox -s image-constraints -- 0.24.0           # deploy/image/constraints/vllm-0.24.0.txt (hashed)
 #   cd deploy/image && packer init . && packer build -var region=us-east-1 .
 #
 # Building needs AWS credentials allowed to run Packer's amazon-ebs builder.
@@ -27,10 +28,18 @@ variable "instance_type" {
   description = "Build instance; a GPU type lets the build check that torch sees the GPU."
 }
 
+# The default is the newest release of deploy/GPU_VERIFIED (tests/test_deploy_versions.py checks
+# it): the kernels of that release passed the GPU tests.
 variable "vllm_version" {
   type        = string
-  default     = "0.32.0"
-  description = "Which patched vLLM release of dist/ goes into the image (a VERSIONS entry)."
+  default     = "0.24.0"
+  description = "Which patched vLLM release of dist/ goes into the image (a VERSIONS entry listed in deploy/GPU_VERIFIED)."
+}
+
+variable "allow_unverified_vllm" {
+  type        = bool
+  default     = false
+  description = "Build a vllm_version that is not in deploy/GPU_VERIFIED (its kernels never passed the GPU tests); provision.sh refuses it otherwise."
 }
 
 variable "dist_dir" {
@@ -56,6 +65,13 @@ variable "ami_name_prefix" {
 
 locals {
   timestamp = regex_replace(timestamp(), "[- TZ:]", "")
+  # The first field of every non-comment line of deploy/GPU_VERIFIED (for the AMI's tag; the
+  # refusal itself is provision.sh's, which reads the same file on the build instance).
+  gpu_verified  = flatten(regexall("(?m)^([0-9]+(?:\\.[0-9]+)*)[ \\t]", file("${path.root}/../GPU_VERIFIED")))
+  vllm_verified = contains(local.gpu_verified, var.vllm_version)
+  # The hashed constraints provision.sh installs from (nox -s image-constraints writes them):
+  # file() fails the build here, before an instance is launched, when they are missing.
+  constraints = file("${path.root}/constraints/vllm-${var.vllm_version}.txt")
   wheels = concat(
     [for f in fileset(var.dist_dir, "vllm-${var.vllm_version}+s4kv.*.whl") : "${var.dist_dir}/${f}"],
     [for f in fileset(var.dist_dir, "s4kv-*.whl") : "${var.dist_dir}/${f}"],
@@ -100,9 +116,11 @@ source "amazon-ebs" "s4kv" {
   }
 
   tags = {
-    Name      = "${var.ami_name_prefix}-${var.vllm_version}"
-    s4kv-vllm = var.vllm_version
-    s4kv-base = "{{ .SourceAMI }}"
+    Name              = "${var.ami_name_prefix}-${var.vllm_version}"
+    s4kv-vllm         = var.vllm_version
+    s4kv-gpu-verified = local.vllm_verified ? "yes" : "no"
+    s4kv-constraints  = sha256(local.constraints)
+    s4kv-base         = "{{ .SourceAMI }}"
   }
 }
 
@@ -128,9 +146,14 @@ build {
     destination = "/tmp/s4kv/deploy/README.md"
   }
 
+  provisioner "file" {
+    source      = "${path.root}/../GPU_VERIFIED"
+    destination = "/tmp/s4kv/deploy/GPU_VERIFIED"
+  }
+
   provisioner "shell" {
     inline = [
-      "sudo bash /tmp/s4kv/deploy/image/provision.sh --wheels /tmp/s4kv/dist --vllm-dist vllm --vllm-version ${var.vllm_version}",
+      "sudo bash /tmp/s4kv/deploy/image/provision.sh --wheels /tmp/s4kv/dist --vllm-dist vllm --vllm-version ${var.vllm_version}${var.allow_unverified_vllm ? " --allow-unverified" : ""}",
       "sudo /opt/s4kv/venv/bin/python -c 'import torch, vllm, s4kv; print(vllm.__version__, torch.cuda.is_available())'",
       "sudo rm -rf /tmp/s4kv",
     ]
