@@ -47,19 +47,25 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
-def parse_versions(text: str, source: str = "VERSIONS") -> list[Pin]:
-    pins: list[Pin] = []
-    seen: set[str] = set()
+def _records(text: str, source: str, form: str):
+    """(where, fields) of every non-comment line of a whitespace-separated list file whose
+    columns are `form` ('<a>  <b>  ...'); a line with another number of columns is an error."""
+    width = len(form.split("  "))  # columns are separated by two spaces in `form`
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         fields = line.split()
         where = f"{source}:{lineno}"
-        if len(fields) != 3:
-            raise VersionsError(
-                f"{where}: expected '<vllm version>  <builds>  <torch version>', got {raw.strip()!r}"
-            )
+        if len(fields) != width:
+            raise VersionsError(f"{where}: expected '{form}', got {raw.strip()!r}")
+        yield where, fields
+
+
+def parse_versions(text: str, source: str = "VERSIONS") -> list[Pin]:
+    pins: list[Pin] = []
+    seen: set[str] = set()
+    for where, fields in _records(text, source, "<vllm version>  <builds>  <torch version>"):
         version, builds_field, torch = fields
         if not _VERSION_RE.match(version):
             raise VersionsError(f"{where}: bad vLLM version {version!r}")
@@ -129,14 +135,7 @@ def parse_gpu_verified(text: str, pins: list[Pin], source: str = "GPU_VERIFIED")
     by_version = {p.version: p for p in pins}
     out: list[GpuVerified] = []
     seen: set[str] = set()
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        where = f"{source}:{lineno}"
-        if len(fields) != 4:
-            raise VersionsError(f"{where}: expected '<vllm version>  <date>  <GPU>  <commit>', got {raw.strip()!r}")
+    for where, fields in _records(text, source, "<vllm version>  <date>  <GPU>  <commit>"):
         version, date, gpu, commit = fields
         if version not in by_version:
             raise VersionsError(f"{where}: vLLM {version} is not in VERSIONS")
