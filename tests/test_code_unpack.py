@@ -15,7 +15,7 @@ import torch
 if not torch.cuda.is_available():  # importing s4kv.kernels imports Triton, which reads this once
     os.environ["TRITON_INTERPRET"] = "1"
 
-from s4kv.kernels.code_ptx import unpack_ptx
+from s4kv.kernels.code_ptx import CODE_BIAS, unpack_ptx
 
 MASK = 0xFFFFFFFF
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -75,12 +75,12 @@ def run_ptx(program: str, inputs: dict[str, int]) -> dict[str, int]:
     return regs
 
 
-@pytest.mark.parametrize("kind", ["k", "v"])
+@pytest.mark.parametrize("kind", ["k", "v", "biased"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_code_byte_unpacks_exactly(dtype, kind):
     program = unpack_ptx(dtype, kind)
     assert set(re.findall(r"\$\d", program)) == {"$0", "$1", "$2", "$3", "$4"}
-    shift = 7.5 if kind == "v" else 0.0
+    shift = {"k": 0.0, "v": 7.5, "biased": -CODE_BIAS[dtype]}[kind]
     t = DTYPES[dtype]
     for value in range(256):
         for rot in range(4):  # every byte value in every byte position, beside bytes that differ
@@ -96,7 +96,7 @@ def test_every_code_byte_unpacks_exactly(dtype, kind):
 def test_input_is_read_before_any_output_is_written():
     # "=r" outputs may share the input's register: the programs must finish reading $4 first
     for dtype in DTYPES:
-        for kind in ("k", "v"):
+        for kind in ("k", "v", "biased"):
             lines = [ln for ln in unpack_ptx(dtype, kind).splitlines() if ln.strip()]
             last_read = max(i for i, ln in enumerate(lines) if "$4" in ln)
             first_write = min(i for i, ln in enumerate(lines) if re.match(r"\s*\S+\s+\$[0-3],", ln))

@@ -152,6 +152,26 @@ def test_decode_sub_tiles(d, sub):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hq,hkv,d", [(4, 4, 64), (16, 1, 128), (12, 2, 64)])  # GQA 1, 16, 6
+def test_decode_query_head_groups_and_splits(dtype, hq, hkv, d):
+    """The page loop's tiles put a kv head's query heads in the dots' columns (8 per MMA, 16 for
+    larger groups): groups of 1, 6 and 16, with 1, 3 and 8 splits over 5 pages (empty splits too)."""
+    from s4kv.kernels import decode
+
+    e = _engine(hq, hkv, d, dtype, num_blocks=16)
+    e.add("a", 5 * BS + 3)
+    e.step([("a", 5 * BS + 2)])
+    orig = decode.num_splits
+    try:
+        for splits in (1, 3, 8):
+            decode.num_splits = lambda *a, s=splits, **k: s
+            check(e, e.step([("a", 1)]), TOL[dtype])
+            e.reqs["a"]["done"] -= 1  # the same query again with another split count
+    finally:
+        decode.num_splits = orig
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(4, 4, 128), (8, 2, 64), (7, 1, 128)])  # GQA 1, 4, 7
 def test_chunk_attention_at_every_kind_of_boundary(dtype, hq, hkv, d):
     """Chunk rows (staged pages + FlashAttention, or its PyTorch form off the GPU) against the

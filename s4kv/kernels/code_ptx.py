@@ -26,10 +26,23 @@ _TAKE_OFF = {  # the packed op that subtracts B (and 7.5 for values); fma: bf16x
 }
 
 
+# Biased: B + c for keys and values alike (7 instructions per 8 codes instead of 11: no packed op),
+# where the kernel takes B (and 7.5 for values) off in fp32 once per page and query head rather
+# than once per code (s4kv.kernels.decode). B + c is exact: 128..143 in bf16, 64..79 in fp16.
+CODE_BIAS = {"bf16": 128.0, "fp16": 64.0}
+
+
 def unpack_ptx(dtype: str, kind: str) -> str:
     """The inline PTX: $4 = 4 packed code bytes -> $0, $1 = low nibbles, $2, $3 = high nibbles
     (two 16-bit values per register, element order = byte order). $4 is read before any output
-    is written (an output may share its register)."""
+    is written (an output may share its register). kind "k": codes, "v": codes - 7.5,
+    "biased": CODE_BIAS[dtype] + codes."""
+    if kind == "biased":
+        lines = [".reg .b32 x, y, hb;", f"mov.b32 hb, {_HIGH_BYTE[dtype, 'k'] * 0x01010101:#010x};"]
+        lines += _NIBBLES[dtype, "k"]
+        lines += ["prmt.b32 $0, x, hb, 0x4140;", "prmt.b32 $1, x, hb, 0x4342;",
+                  "prmt.b32 $2, y, hb, 0x4140;", "prmt.b32 $3, y, hb, 0x4342;"]
+        return "{\n" + "\n".join(lines) + "\n}"
     op, one, off = _TAKE_OFF[dtype, kind]
     lines = [".reg .b32 x, y, hb, one, off;", f"mov.b32 hb, {_HIGH_BYTE[dtype, kind] * 0x01010101:#010x};",
              f"mov.b32 off, {off:#010x};"] + ([f"mov.b32 one, {one:#010x};"] if one else [])

@@ -11,9 +11,11 @@ which pages a split covers is computed from the sequence lengths on the device):
    original basis, as a 16-bit cache would. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
-   which become 16-bit operands by bit operations (s4kv.kernels.quant.code_operands). A block's
+   which become 16-bit operands B + c by bit operations (s4kv.kernels.quant.biased_code_operands);
+   B comes off in fp32 once per page and query head (keys) or once per split (values). A block's
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
-   the high nibbles of its value codes are added on their own.
+   the high nibbles of its value codes are added on their own. PAGES pages per loop iteration
+   share one running max and sum.
 3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits (log-sum-exp), rotates
    their sum back to the original basis once, adds the tail's partial and normalizes.
 """
@@ -27,10 +29,13 @@ import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
-from s4kv.kernels.quant import code_operands, rotate_halves
+from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
+from s4kv.kernels.quant import biased_code_operands, rotate_halves
 from s4kv.kernels.tail import tail_constants, tail_rows
 
 LOG2E = 1.4426950408889634
+# the bias of the unpacked code operands per model dtype (s4kv.kernels.code_ptx.CODE_BIAS)
+CODE_BIAS = {torch.bfloat16: _CODE_BIAS["bf16"], torch.float16: _CODE_BIAS["fp16"]}
 
 
 @triton.jit
@@ -57,6 +62,112 @@ def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr
     tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
 
 
+@triton.jit
+def _add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, HALF: tl.constexpr,
+               K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
+               FIRST_KEY_DTYPE: tl.constexpr, V_SCALE: tl.constexpr, CODE_BIAS: tl.constexpr,
+               DOT_DTYPE: tl.constexpr):
+    """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
+    the scores' per-head constant, the first token's exact score, the first value's high-nibble
+    terms [HALF])."""
+    block_id = tl.load(bt_row + page).to(tl.int64)
+    region = cache_ptr + block_id * stride_cb + head
+    ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
+    km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
+    fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
+    # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
+    # the dots run on the biased codes, the rest is one constant per query head
+    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
+                     + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
+                     - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
+    s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
+                     + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
+    # the block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
+    # and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high nibbles (in the key code row
+    # of token 0, contiguous) on their own
+    f16s = 16.0 * tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16))).to(tl.float32)
+    k0 = tl.load(region + c)
+    fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
+    fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
+    return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
+
+
+@triton.jit
+def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi, o_ptr, ml_ptr, head_stride,
+                   heads, G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
+                   BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
+                   V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+                   FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+    """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
+    basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
+    partials of 2 * HALF values and of a (max, sum) pair).
+
+    Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
+    columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
+    tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
+    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page."""
+    g = tl.arange(0, G)
+    c = tl.arange(0, HALF)
+    g_ok = g < heads
+    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
+    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    m_i = tl.full([G], -float("inf"), tl.float32)
+    l_i = tl.zeros([G], tl.float32)
+    p_sum = tl.zeros([G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
+    acc_lo = tl.zeros([HALF, G], tl.float32)
+    acc_hi = tl.zeros([HALF, G], tl.float32)
+    for page in tl.range(page_lo, page_hi, num_stages=PAGE_STAGES):
+        region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
+            cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, HALF, K_SCALE, K_MIN, FIRST_KEY,
+            FIRST_KEY_DTYPE, V_SCALE, CODE_BIAS, DOT_DTYPE)
+        vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
+        for sub in tl.static_range(BS // SUB):
+            ts = sub * SUB + tl.arange(0, SUB)
+            kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
+            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            s = tl.dot(k_lo, tl.trans(qk_lo))
+            s = tl.dot(k_hi, tl.trans(qk_hi), s)  # [SUB, G]
+            s += s_const[None, :]
+            m_tile = tl.max(s, axis=0)
+            if sub == 0:  # the block's first token: its exact key's score
+                s = tl.where(ts[:, None] == 0, -float("inf"), s)
+                m_tile = tl.maximum(tl.max(s, axis=0), s_first)
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.exp2(m_i - m_new)
+            pr = tl.exp2(s - m_new[None, :])
+            if sub == 0:
+                p_first = tl.exp2(s_first - m_new)
+                pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
+            # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
+            pv = (pr * tl.load(vs_ptr + ts).to(tl.float32)[:, None]).to(DOT_DTYPE)
+            l_t, ps_t = tl.reduce((pr, pv.to(tl.float32)), 0, _add2)
+            l_i = l_i * alpha + l_t
+            p_sum = p_sum * alpha + ps_t
+            vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
+            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :])
+            acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :])
+            if sub == 0:  # the first value's high nibbles
+                acc_lo += fv_lo[:, None] * p_first[None, :]
+                acc_hi += fv_hi[:, None] * p_first[None, :]
+            m_i = m_new
+    acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
+    acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
+    o = o_ptr + g[None, :] * head_stride * (2 * HALF)
+    tl.store(o + c[:, None], acc_lo, mask=g_ok[None, :])
+    tl.store(o + HALF + c[:, None], acc_hi, mask=g_ok[None, :])
+    tl.store(ml_ptr + g * head_stride * 2, m_i, mask=g_ok)
+    tl.store(ml_ptr + g * head_stride * 2 + 1, l_i, mask=g_ok)
+
+
 # splits is a runtime argument, not a constexpr, and not specialized: it follows the decode batch size,
 # and each new value would compile both kernels again in the serving path (about 2 s each for sm90;
 # a shrinking batch of 16 SmolLM2 requests met 10 values)
@@ -71,19 +182,25 @@ def _decode_kernel(
     sm_scale, splits,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
-    BS: tl.constexpr, HALF: tl.constexpr,
+    BS: tl.constexpr, HALF: tl.constexpr, G_PAGES: tl.constexpr, HEAD_CHUNKS: tl.constexpr,
+    CODE_BIAS: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
 ):
     row = tl.program_id(0)
-    h = tl.program_id(1)
+    # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; a
+    # larger N makes Triton choose sm90's wgmma for them, which was slower and wrong here), so a
+    # group of more than 8 reads its pages once per 8 query heads; the tail is chunk 0's
+    h = tl.program_id(1) // HEAD_CHUNKS
+    chunk = tl.program_id(1) % HEAD_CHUNKS
+    hkv = tl.num_programs(1) // HEAD_CHUNKS
     split = tl.program_id(2)
     g = tl.arange(0, G_PAD)
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    part_base = (row * (GROUP * tl.num_programs(1)) + hq) * (splits + 1) + split
+    part_base = (row * (GROUP * hkv) + hq) * (splits + 1) + split
 
     q_start = tl.load(qsl_ptr + row)
     qlen = tl.load(qsl_ptr + row + 1) - q_start
@@ -95,63 +212,21 @@ def _decode_kernel(
     acc_lo = tl.zeros([G_PAD, HALF], tl.float32)
     acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
 
-    if qlen == 1:
-        if split < splits:
-            # pages (rotated basis; the reduction rotates their share back)
-            per_split = tl.cdiv(n_pages, splits)
-            page_lo = split * per_split
-            page_hi = tl.minimum(page_lo + per_split, n_pages)
-            qr_row = qr_ptr + (row * GROUP * tl.num_programs(1) + hq[:, None]) * (2 * HALF)
-            q_lo = tl.load(qr_row + c[None, :], mask=g_ok[:, None], other=0.0)
-            q_hi = tl.load(qr_row + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-            for page in tl.range(page_lo, page_hi, num_stages=PAGE_STAGES):
-                block_id = tl.load(block_table_ptr + row * stride_bt + page).to(tl.int64)
-                region = cache_ptr + block_id * stride_cb + h * stride_ch
-                ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
-                km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
-                fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
-                # q . (c * s + m) = (q * s) . c + q . m: the scales go into the query, the dots
-                # run on the codes themselves
-                qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-                qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-                s_min = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
-                               + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-                s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
-                                 + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-                # the block's first value is 8-bit codes: the page loop reads their low nibbles as
-                # 4-bit codes, and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high
-                # nibbles (in the key code row of token 0, contiguous) on their own
-                vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
-                f16s = 16.0 * tl.load(vs_ptr).to(tl.float32)
-                k0 = tl.load(region + c)
-                fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
-                fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-                for sub in tl.static_range(BS // SUB):
-                    ts = sub * SUB + tl.arange(0, SUB)
-                    kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-                    k_lo, k_hi = code_operands(kc, False, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-                    s = tl.dot(qk_lo, tl.trans(k_lo))
-                    s = tl.dot(qk_hi, tl.trans(k_hi), s)
-                    s += s_min[:, None]
-                    if sub == 0:  # the block's first token: exact key
-                        s = tl.where(ts[None, :] == 0, s_first[:, None], s)
-                    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-                    alpha = tl.exp2(m_i - m_new)
-                    pr = tl.exp2(s - m_new[:, None])
-                    l_i = l_i * alpha + tl.sum(pr, axis=1)
-                    # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
-                    vs = tl.load(vs_ptr + ts).to(tl.float32)
-                    pv = (pr * vs[None, :]).to(DOT_DTYPE)
-                    vc = tl.load(region + V_CODES + c[None, :] * BS + ts[:, None])  # channel-major
-                    v_lo, v_hi = code_operands(vc, True, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-                    acc_lo = tl.dot(pv, v_lo, acc_lo * alpha[:, None])
-                    acc_hi = tl.dot(pv, v_hi, acc_hi * alpha[:, None])
-                    if sub == 0:  # the first value's high nibbles
-                        p_first = tl.exp2(s_first - m_new)[:, None]  # = pr[:, 0], without a reduction
-                        acc_lo += p_first * fv_lo[None, :]
-                        acc_hi += p_first * fv_hi[None, :]
-                    m_i = m_new
-        else:
+    if (qlen == 1) & (split < splits):
+        # pages (rotated basis; the reduction rotates their share back)
+        per_split = tl.cdiv(n_pages, splits)
+        page_lo = split * per_split
+        # partials of query head hq and split s at (hq * (splits + 1) + s); this chunk's first head
+        hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
+        _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
+                       qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
+                       part_o_ptr + (hq0 * (splits + 1) + split) * (2 * HALF),
+                       part_ml_ptr + (hq0 * (splits + 1) + split) * 2, splits + 1,
+                       tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
+                       G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+    elif chunk == 0:
+        if qlen == 1:
             # the exact tail (original basis, as a 16-bit cache): positions n_pages*BS .. p-1
             # from the tail in the pages, in TAIL_SUB-token tiles, then this step's token
             scale = sm_scale * 1.4426950408889634  # exp2 domain
@@ -199,16 +274,17 @@ def _decode_kernel(
             acc_hi = acc_hi * alpha[:, None] + p_new[:, None] * tl.load(nv + HALF + c).to(tl.float32)[None, :]
             m_i = m_new
 
-    o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
-    tl.store(o_ptr + c[None, :], acc_lo, mask=g_ok[:, None])
-    tl.store(o_ptr + HALF + c[None, :], acc_hi, mask=g_ok[:, None])
-    tl.store(part_ml_ptr + part_base * 2, m_i, mask=g_ok)
-    tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
+        o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
+        tl.store(o_ptr + c[None, :], acc_lo, mask=g_ok[:, None])
+        tl.store(o_ptr + HALF + c[None, :], acc_hi, mask=g_ok[:, None])
+        tl.store(part_ml_ptr + part_base * 2, m_i, mask=g_ok)
+        tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
 
 
 @triton.jit(do_not_specialize=["splits"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, splits,
-                   GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr):
+                   GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                   STAGES: tl.constexpr):
     """Merge the page splits (log-sum-exp, rotated basis), rotate their sum back, add the exact
     tail's partial (split `splits`, original basis) and normalize. out: any float dtype."""
     row = tl.program_id(0)
@@ -221,28 +297,39 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     g_ok = g < GROUP
     hq = h * GROUP + g
     base = (row * GROUP * tl.num_programs(1) + hq) * (splits + 1)  # [G_PAD]
+    # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do not
+    # depend on each other, so the software pipeline keeps several in flight (a first pass for the
+    # max and a second for the sums waited on one load after another)
     m_all = tl.full([G_PAD], -float("inf"), tl.float32)
-    for s in range(splits + 1):
-        m_all = tl.maximum(m_all, tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf")))
-    m_all = tl.where(m_all == -float("inf"), 0.0, m_all)
     l_all = tl.zeros([G_PAD], tl.float32)
     rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
     rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
-    for s in range(splits):
+    for s in tl.range(0, splits, num_stages=STAGES):
         m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
-        w = tl.exp2(m - m_all)  # 0 for an empty split (m = -inf)
-        l_all += w * tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
+        ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
         o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
-        rot_lo += w[:, None] * tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)
-        rot_hi += w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+        o_lo = tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)
+        o_hi = tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+        m_new = tl.maximum(m_all, m)
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        w_old = tl.exp2(m_all - m_safe)
+        w = tl.exp2(m - m_safe)  # 0 for an empty split (m = -inf)
+        l_all = l_all * w_old + w * ln
+        rot_lo = rot_lo * w_old[:, None] + w[:, None] * o_lo
+        rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
+        m_all = m_new
     # the pages' share back to the original basis (fp32 operands: tf32 on tensor cores)
     out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
     m = tl.load(part_ml_ptr + (base + splits) * 2, mask=g_ok, other=-float("inf"))
-    w = tl.exp2(m - m_all)
-    l_all += w * tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=g_ok, other=0.0)
+    m_new = tl.maximum(m_all, m)
+    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+    w_old = tl.exp2(m_all - m_safe)
+    w = tl.exp2(m - m_safe)
+    l_all = l_all * w_old + w * tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=g_ok, other=0.0)
     o = part_o_ptr + (base + splits)[:, None] * (2 * HALF)
-    out_lo = (out_lo + w[:, None] * tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)) / l_all[:, None]
-    out_hi = (out_hi + w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)) \
+    out_lo = (out_lo * w_old[:, None] + w[:, None] * tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)) \
+        / l_all[:, None]
+    out_hi = (out_hi * w_old[:, None] + w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)) \
         / l_all[:, None]
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], out_lo.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -315,6 +402,12 @@ class DecodeWorkspace:
         return cls._buffers[key]
 
 
+# splits whose partials the reduction has in flight at once
+REDUCE_STAGES = 3
+
+# query heads per page-loop program (the N of its dots, see _decode_kernel)
+PAGE_HEADS = 8
+
 # Launch options of the decode kernel; launch_options("decode", d) overrides them (tools/gpu/tune_kernels.py).
 # SUB: tokens of a page per step. PAGE_STAGES: software-pipeline depth of the page loop; behind the
 # block-table indirection Triton 3.6 double-buffers the pages only from 5 stages on (two pages in
@@ -339,6 +432,7 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
     hkv = k.shape[1]
     group = hq // hkv
     g_pad = max(16, triton.next_power_of_2(group))
+    head_chunks = -(-group // PAGE_HEADS)
     lay = fmt.PageLayout(d)
     part_o, part_ml, qr = DecodeWorkspace.get(num_decodes, hq, splits, d, q.device)
     rot = rotation_operand(d, q.dtype, q.device)
@@ -347,14 +441,14 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
         q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
         GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype),
     )
-    _decode_kernel[(num_decodes, hkv, splits + 1)](
+    _decode_kernel[(num_decodes, hkv * head_chunks, splits + 1)](
         q, q.stride(0), q.stride(1), qr,
         k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         part_o, part_ml, sm_scale, splits,
-        GROUP=group, G_PAD=g_pad,
-        BS=fmt.BLOCK_SIZE, HALF=d // 2,
+        GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
+        BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
         CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), **tail_constants(d, k.dtype),
@@ -362,5 +456,5 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
     )
     _reduce_kernel[(num_decodes, hkv)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits,
-        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d,
+        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, STAGES=REDUCE_STAGES,
     )

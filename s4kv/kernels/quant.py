@@ -86,6 +86,8 @@ UNPACK_K_BF16 = tl.constexpr(unpack_ptx("bf16", "k"))
 UNPACK_V_BF16 = tl.constexpr(unpack_ptx("bf16", "v"))
 UNPACK_K_FP16 = tl.constexpr(unpack_ptx("fp16", "k"))
 UNPACK_V_FP16 = tl.constexpr(unpack_ptx("fp16", "v"))
+UNPACK_BIASED_BF16 = tl.constexpr(unpack_ptx("bf16", "biased"))
+UNPACK_BIASED_FP16 = tl.constexpr(unpack_ptx("fp16", "biased"))
 
 
 @triton.jit
@@ -115,4 +117,21 @@ def code_operands(packed, VALUES: tl.constexpr, CODE_DTYPE: tl.constexpr, OP_DTY
         shift: tl.constexpr = 7.5 if VALUES else 0.0
         lo = (packed & 0xF).to(tl.float32) - shift
         hi = (packed >> 4).to(tl.float32) - shift
+    return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
+
+
+@triton.jit
+def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+    """Packed code bytes -> both halves as OP_DTYPE dot operands holding B + c, B = CODE_BIAS of
+    CODE_DTYPE (s4kv.kernels.code_ptx: the cheapest unpack; the caller takes B off after the dot).
+    USE_PTX: compiled (inline PTX); else the same values with Triton operations (the interpreter)."""
+    if USE_PTX:
+        if CODE_DTYPE == tl.bfloat16:
+            lo, hi = _unpack(packed, UNPACK_BIASED_BF16, tl.bfloat16)
+        else:
+            lo, hi = _unpack(packed, UNPACK_BIASED_FP16, tl.float16)
+    else:
+        bias: tl.constexpr = 128.0 if CODE_DTYPE == tl.bfloat16 else 64.0
+        lo = (packed & 0xF).to(tl.float32) + bias
+        hi = (packed >> 4).to(tl.float32) + bias
     return lo.to(OP_DTYPE), hi.to(OP_DTYPE)

@@ -3,6 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile
+#                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
@@ -111,12 +112,30 @@ for s in "$@"; do
       # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log
       NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
       if [ -n "$NCU" ]; then
-        step profile "$NCU" --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 \
+        step profile "$NCU" --clock-control none --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 \
           --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
           python3 -m s4kv.kernels.bench --contexts 32768 --batches 8
       else
         echo "=== profile: no ncu on this machine" | tee "$OUT/profile.log"; status=1
+      fi ;;
+    kernels-baseline|profile-baseline)  # the decode kernel bench (or its profile) with another s4kv
+      # tree (BASELINE=DIR holding s4kv/, e.g. `git archive COMMIT s4kv`): a kernel change measured
+      # against the one it replaces in the same lease; run from inside it (python -m puts it first)
+      if [ -z "${BASELINE:-}" ] || [ ! -d "${BASELINE}/s4kv" ]; then
+        echo "$s needs BASELINE=DIR with DIR/s4kv"; status=1; continue
+      fi
+      base=$(cd "$BASELINE" && pwd)
+      if [ "$s" = kernels-baseline ]; then
+        step kernels-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' python3 -m s4kv.kernels.bench \
+          --json '$OUT/kernels-baseline.json'"
+      else
+        NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+        step profile-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' '$NCU' --clock-control none \
+          --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+          --section SchedulerStats --section MemoryWorkloadAnalysis python3 -m s4kv.kernels.bench \
+          --contexts 32768 --batches 8"
       fi ;;
     bench-capacity)
       step bench-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv "$KVS" \
