@@ -386,13 +386,16 @@ def test_batch_dependent_launch_arguments_are_not_compile_time():
     # of 16 requests drained (found on the H200, 2026-12-01)
     import inspect
 
-    from s4kv.kernels import decode
+    from s4kv.kernels import chunk, decode, store
 
-    for kernel in (decode._decode_kernel, decode._reduce_kernel):
+    # the split count (decode), the first row of a per-wave launch (store) and a wave's job list, a
+    # view at the wave's offset in one upload buffer whose alignment Triton would specialize (stage)
+    for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "splits"),
+                        (store._store_blocks_kernel, "row0"), (chunk._stage_kernel, "jobs_ptr")):
         fn = kernel.fn
         while hasattr(fn, "fn"):  # the interpreter wraps the JIT function
             fn = fn.fn
         params = inspect.signature(fn).parameters
-        assert "splits" in params and params["splits"].annotation is inspect.Parameter.empty
+        assert arg in params and params[arg].annotation is inspect.Parameter.empty, (kernel, arg)
         if hasattr(kernel, "do_not_specialize"):
-            assert "splits" in kernel.do_not_specialize
+            assert arg in kernel.do_not_specialize, (kernel, arg)

@@ -42,7 +42,10 @@ from s4kv.kernels.tail import tail_constants, tail_rows
 
 STAGE_DTYPE = torch.float16
 
-@triton.jit
+# jobs_ptr is a view at a wave's offset in one upload buffer (s4kv.kernels.chunk_plan.to_device): its
+# 16-byte alignment follows the batch, and Triton specializes pointers on it (a compile in the middle
+# of serving, H200 2026-12-02: vLLM's JIT monitor during a 32k prefill)
+@triton.jit(do_not_specialize=["jobs_ptr"])
 def _stage_kernel(
     jobs_ptr,  # [pages, 3] int32: (row, block, kind)
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]

@@ -26,7 +26,9 @@ from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, 
 from s4kv.kernels.tail import tail_constants, tail_rows
 
 
-@triton.jit
+# row0 follows the batch (per-wave launches): a specialized int (0, 1, multiples of 16 are told apart)
+# compiled the kernel again in the middle of serving (H200, 2026-12-02: vLLM's JIT monitor, 1k x 64)
+@triton.jit(do_not_specialize=["row0"])
 def _store_blocks_kernel(
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
     cache_ptr, stride_cb, stride_ch,  # pages, uint8 (exact tails included)
