@@ -113,3 +113,40 @@ def test_root_cause():
                                             "AVX-512 or AMX.")
     assert records.root_cause("RuntimeError: Engine core initialization failed. See root cause above.") is None
     assert records.root_cause("all fine") is None
+
+
+# the H200 speed run of 2026-12-02 (s4kv's worker and vLLM 0.24's engine core write one log),
+# with the timing markers the worker prints since: compiles in a warm-up do not count, compiles
+# between a point's marker and its result line do
+LOG_SPEED = """\
+(EngineCore pid=1762) INFO 12-02 10:50:03 [jit_monitor.py:60] Kernel JIT monitor activated
+(EngineCore pid=1762) WARNING 12-02 10:50:04 [jit_monitor.py:106] Triton kernel JIT compilation during \
+inference: _compute_slot_mapping_kernel. This causes a latency spike; consider extending warmup
+[s4kv.bench.worker] timing 1024x64
+(EngineCore pid=1762) WARNING 12-02 10:50:12 [jit_monitor.py:106] Triton kernel JIT compilation during \
+inference: _store_blocks_kernel. This causes a latency spike; consider extending warmup
+[s4kv.bench.worker] speed {"context": 1024, "batch": 64}
+[s4kv.bench.worker] timing 8192x32
+[s4kv.bench.worker] speed {"context": 8192, "batch": 32}
+(EngineCore pid=1762) WARNING 12-02 10:50:30 [jit_monitor.py:106] Triton kernel JIT compilation during \
+inference: _chunk_plan_kernel. This causes a latency spike; consider extending warmup
+[s4kv.bench.worker] timing 32511x8
+(EngineCore pid=1762) WARNING 12-02 10:50:42 [jit_monitor.py:106] Triton kernel JIT compilation during \
+inference: _stage_kernel. This causes a latency spike; consider extending warmup
+[s4kv.bench.worker] speed {"context": 32511, "batch": 8}
+"""
+
+
+def test_jit_compiles_while_timing_are_attributed_to_their_point():
+    assert records.jit_compiles_while_timing(LOG_SPEED) == [["_store_blocks_kernel"], [], ["_stage_kernel"]]
+    assert records.jit_compiles_while_timing("no markers\n") == []
+
+
+def test_speed_report_notes_a_point_timed_over_a_compile():
+    from s4kv.bench import report
+
+    rec = testing.record("speed", "int4_kivi")
+    rec["metrics"]["points"][0]["jit_compiles_while_timing"] = ["_store_blocks_kernel"]
+    table = report.speed_table([rec])
+    assert "not steady: Triton compiled _store_blocks_kernel while timed" in table
+    assert table.count("not steady") == 1

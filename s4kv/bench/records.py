@@ -105,6 +105,27 @@ _RE_EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception)): (.+)$")
 _GENERIC = ("Engine core initialization failed", "Worker failed with error")
 
 
+_TIMING = re.compile(r"\[s4kv\.bench\.worker\] timing (\d+)x(\d+)")
+_POINT = re.compile(r"\[s4kv\.bench\.worker\] speed \{")
+_JIT = re.compile(r"Triton kernel JIT compilation during inference: (\w+)")
+
+
+def jit_compiles_while_timing(text: str) -> list[list[str]]:
+    """Per timed speed point, in order: the kernels vLLM's JIT monitor (vLLM >= 0.24) saw compile
+    between the point's `timing` marker (after its warm-up) and its result line. A compile there
+    is seconds inside the timed region: the point's figures do not measure steady serving."""
+    points, current = [], None
+    for line in text.splitlines():
+        if _TIMING.search(line):
+            current = []
+        elif current is not None and (m := _JIT.search(line)):
+            current.append(m.group(1))
+        elif current is not None and _POINT.search(line):
+            points.append(current)
+            current = None
+    return points
+
+
 def root_cause(text: str) -> str | None:
     """The first exception line of a vLLM log that is not one of vLLM's wrappers ("Engine core
     initialization failed", "Worker failed with error ...") and not in a WARNING line."""

@@ -41,6 +41,15 @@ def capacity_table(recs: list[dict]) -> str | None:
                    "at max_model_len", "KV bytes/token"], rows)
 
 
+def _speed_note(p: dict) -> str:
+    notes = [p["error"]] if p.get("error") else []
+    if p.get("capped_by_max_num_seqs"):
+        notes.append("capped by max_num_seqs")
+    if p.get("jit_compiles_while_timing"):
+        notes.append("not steady: Triton compiled " + ", ".join(p["jit_compiles_while_timing"]) + " while timed")
+    return "; ".join(notes)
+
+
 def speed_table(recs: list[dict]) -> str | None:
     ok = _ok(recs, "speed")
     if not ok:
@@ -54,7 +63,7 @@ def speed_table(recs: list[dict]) -> str | None:
                 f"`{records.label(r)}`", p["mode"], _f(p["context"]), _f(p.get("batch")),
                 _f(p.get("prefill_tok_s")), _f(q.get("prefill_ratio"), "{:.2f}×"),
                 _f(p.get("decode_tok_s")), _f(q.get("decode_ratio"), "{:.2f}×"),
-                p.get("error") or ("capped by max_num_seqs" if p.get("capped_by_max_num_seqs") else "")])
+                _speed_note(p)])
     return _table(["KV dtype", "mode", "context", "batch", "prefill tok/s", "× auto", "decode tok/s",
                    "× auto", "note"], rows)
 

@@ -134,6 +134,17 @@ def fill_capacity_from_log(rec: dict, log_path: Path | None) -> None:
         m["max_concurrency"] = parsed["max_concurrency"]
 
 
+def flag_jit_compiles(rec: dict, log_path: Path | None) -> None:
+    """Speed points whose timed region held a Triton compile (from the worker's log) carry the
+    kernels' names under `jit_compiles_while_timing`; the report notes them."""
+    if rec["measurement"] != "speed" or rec["status"] != "ok" or not log_path or not log_path.is_file():
+        return
+    compiles = records.jit_compiles_while_timing(log_path.read_text(errors="replace"))
+    for point, names in zip(rec["metrics"].get("points", []), compiles):
+        if names:
+            point["jit_compiles_while_timing"] = names
+
+
 def add_root_cause(rec: dict, log_path: Path | None) -> None:
     """A failed engine says "see root cause above": put the root cause from the log in the reason."""
     if rec["status"] != "failed" or not log_path or not log_path.is_file():
@@ -201,6 +212,7 @@ def execute(runs: list[Run], *, out: Path, model: dict, command: str, argv: list
             rec = make_record(run, result, model=model, command=command, argv=argv, started=started,
                               env=env, log=str(log_path.relative_to(out)) if log_path else None)
             fill_capacity_from_log(rec, log_path)
+            flag_jit_compiles(rec, log_path)
             add_root_cause(rec, log_path)
             rec["vs_auto"] = records.compare(rec, records.reference(done + [rec], run.measurement))
             done.append(rec)

@@ -310,17 +310,23 @@ def _timed_generate(llm, prompts, max_tokens: int) -> tuple[float, int]:
     return dt, short
 
 
-def time_point(llm, context: int, batch: int, new_tokens: int, repeats: int, vocab: int, seed: int) -> dict:
+def time_point(llm, context: int, batch: int, new_tokens: int, repeats: int, vocab: int, seed: int,
+               warmup_batch: int | None = None) -> dict:
     """Prefill and decode throughput of `batch` random prompts of exactly `context` tokens.
 
-    After a warm-up generate at this context, `repeats` times: generate(max_tokens=1) (prefill
-    + first token) and generate(max_tokens=N+1) (the same + N decode steps); prefix caching is
-    off, so both prefill. Medians of each; decode = batch*N / (t(N+1) - t(1))."""
+    After a warm-up generate at this context (`warmup_batch` of the prompts, default all),
+    `repeats` times: generate(max_tokens=1) (prefill + first token) and generate(max_tokens=N+1)
+    (the same + N decode steps); prefix caching is off, so both prefill. Medians of each;
+    decode = batch*N / (t(N+1) - t(1))."""
     prompts = _random_prompts(batch, context, vocab, seed)
-    # Warm-up, excluded: the shapes of this context (kernels, autotuning); two sequences suffice
-    # (CUDA graphs of every decode batch size are captured at startup) and keep the warm-up's
-    # prefill short at 32k.
-    _timed_generate(llm, prompts[:2], 2)
+    # Warm-up, excluded: the shapes of this point (kernels, autotuning). The whole batch by default:
+    # a Triton kernel specializes on argument values that follow the batch (ints 1 and multiples
+    # of 16, pointer alignment), and a compile inside the timed region is seconds (H200, 2026-12-02:
+    # a two-prompt warm-up left two compiles in the 1k x 64 and 32k x 8 points).
+    _timed_generate(llm, prompts[:warmup_batch or batch], 2)
+    # the runner attributes vLLM's JIT-monitor warnings between this line and the point's result
+    # line to the timed region (s4kv.bench.records.jit_compiles_while_timing)
+    print(f"[s4kv.bench.worker] timing {context}x{batch}", file=sys.stderr, flush=True)
     t1s, tns, short = [], [], 0
     for _ in range(repeats):
         t1, s1 = _timed_generate(llm, prompts, 1)
@@ -361,8 +367,9 @@ def run_speed(spec: dict) -> dict:
             points.append({"mode": "saturated", "context": ctx, "batch": 0, "new_tokens": n,
                            "error": "the KV cache holds no sequence of this length"})
             continue
+        # two prompts warm up a saturated point: the whole batch would prefill the full KV cache once more
         pt = time_point(llm, ctx, batch, n, int(p.get("saturate_repeats") or p["repeats"]), vocab,
-                        seed=2000 + i)
+                        seed=2000 + i, warmup_batch=2)
         pt.update(mode="saturated", capped_by_max_num_seqs=capped)
         points.append(pt)
         print(f"[s4kv.bench.worker] speed {json.dumps(pt)}", file=sys.stderr, flush=True)
