@@ -1,8 +1,9 @@
-"""One point of `s4kv bench serve`: vLLM's own online benchmark (`vllm bench serve`) against a
+"""The load points of `s4kv bench serve`: vLLM's own online benchmark (`vllm bench serve`) against a
 running server, at one offered request rate (Poisson arrivals) or one client concurrency (closed
 loop: C clients, each sending its next request when the last one finished), with /metrics sampled
-while it runs. vLLM's tool does the load and the latency statistics; this module only builds its
-command line and reads its `--save-result` JSON.
+while it runs (s4kv.bench.serve_client runs them). vLLM's tool does the load and the latency
+statistics; this module builds its command line, runs a server's points and reads its
+`--save-result` JSON.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from s4kv.bench import prom
 
 PERCENTILES = (50, 90, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -95,29 +95,57 @@ def point_metrics(result: dict, point: Point) -> dict:
     return out
 
 
-def run_point(command: list[str], *, metrics_url: str, log_path: Path, result_path: Path,
-              timeout: float | None, sample_interval: float = 0.5) -> dict:
-    """Run one `vllm bench serve`; {status, reason, metrics-of-vLLM (raw JSON), kv (from /metrics),
-    duration_s}. stdout/stderr go to log_path."""
-    t = time.perf_counter()
-    sampler = prom.Sampler(metrics_url, sample_interval).start()
-    with open(log_path, "w") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            rc, reason = proc.wait(timeout=timeout), None
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc, reason = proc.wait(), f"vllm bench serve timed out after {timeout:.0f} s"
-    kv = sampler.stop()
-    duration = round(time.perf_counter() - t, 2)
-    if rc != 0 or not result_path.is_file():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-        return {"status": "failed", "reason": reason or f"vllm bench serve exited {rc}; log tail:\n{tail}",
-                "kv": kv, "duration_s": duration}
-    return {"status": "ok", "reason": None, "result": json.loads(result_path.read_text()), "kv": kv,
-            "duration_s": duration}
+def client_command() -> list[str]:
+    return [sys.executable, "-m", "s4kv.bench.serve_client"]
+
+
+def run_points(plan: list[dict], *, metrics_url: str, plan_path: Path, client_log: Path,
+               timeout: float | None) -> Iterator[dict]:
+    """Run one server's points (plan: {id, command (the `vllm bench serve` argv), log, result}) in one
+    client process (s4kv.bench.serve_client) and yield, in order, each point's {status, reason, result
+    (vLLM's JSON), kv (from /metrics), started, duration_s} as soon as it is done. A point that takes
+    longer than `timeout` seconds ends the client; it and the points after it are failed."""
+    points = [{"id": p["id"], "argv": p["command"][3:], "log": str(p["log"]), "result": str(p["result"]),
+               "done": str(plan_path.with_name(f"{p['id']}.done.json"))} for p in plan]
+    for p in points:
+        Path(p["done"]).unlink(missing_ok=True)
+    plan_path.write_text(json.dumps({"metrics_url": metrics_url, "points": points}, indent=1))
+    with open(client_log, "w") as log:
+        proc = subprocess.Popen(client_command() + [str(plan_path)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for i, p in enumerate(points):
+            done, t0, stopped = Path(p["done"]), time.monotonic(), None
+            while not done.is_file():
+                if proc.poll() is not None and not done.is_file():
+                    stopped = f"the benchmark client exited {proc.returncode} before this point finished"
+                    break
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    proc.kill()
+                    stopped = f"vllm bench serve timed out after {timeout:.0f} s"
+                    break
+                time.sleep(0.5)
+            if stopped:
+                tail = "\n".join(Path(p["log"]).read_text(errors="replace").splitlines()[-15:]) \
+                    if Path(p["log"]).is_file() else ""
+                for q in points[i:]:
+                    yield {"status": "failed", "reason": stopped + (f"; log tail:\n{tail}" if q is p and tail else ""),
+                           "kv": {}, "duration_s": round(time.monotonic() - t0, 2) if q is p else 0.0}
+                return
+            res = json.loads(done.read_text())
+            done.unlink()  # what it said goes into the point's record
+            if res["status"] == "ok":
+                res["result"] = json.loads(Path(p["result"]).read_text())
+            else:
+                tail = "\n".join(Path(p["log"]).read_text(errors="replace").splitlines()[-15:])
+                res["reason"] = f"{res['reason']}; log tail:\n{tail}"
+            yield res
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def num_prompts_for(point: Point, requested: int | None, seconds: float | None) -> int:

@@ -192,6 +192,8 @@ def serve_latency_figure(recs: list[dict], load: str = "rate") -> Figure | None:
             values.append(slo[name])
         if values and max(values) / max(min(values), 1e-9) > 30:
             ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
         if len(loads) > 2 and loads[-1] / loads[0] >= 8:
             ax.set_xscale("log", base=2)

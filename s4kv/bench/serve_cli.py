@@ -5,8 +5,8 @@ online with vLLM's own benchmark client.
         --rates 0.5,1,2,4 [--concurrency 4,16,64] --slo-ttft-ms 2000 --slo-tpot-ms 50
 
 For each dtype: the deploy image's launcher starts `vllm serve` (s4kv.bench.server), /health is
-awaited, `vllm bench serve` runs once per load point (s4kv.bench.online) while /metrics is sampled,
-and the server stops. Every point is a record as soon as it is measured; each dtype ends with a
+awaited, `vllm bench serve` runs once per load point (s4kv.bench.online; all points of a server in
+one client process, s4kv.bench.serve_client) while /metrics is sampled, and the server stops. Every point is a record as soon as it is measured; each dtype ends with a
 summary record carrying metrics.max_rate_at_slo. Outputs under --out: results.jsonl, results.md,
 serve_*.png, logs/ (server and client logs), bench/ (vLLM's result JSON of every point), serve-env/.
 """
@@ -183,7 +183,7 @@ def summary_line(rec: dict) -> str:
                              ("max_concurrency_at_slo", "clients", "first_concurrency_over_slo")):
         if m.get(key) is not None or m.get(first) is not None:
             v = m.get(key)
-            ratio = vs.get(key + "_ratio")
+            ratio = None if rec["kv_cache_dtype"] == "auto" else vs.get(key + "_ratio")
             parts.append(f"{key} {'none' if v is None else f'{v:g} {unit}'}"
                          + (f" ({ratio:.2f}x auto)" if ratio else "")
                          + (f", misses at {m[first]:g}" if m.get(first) is not None else ""))
@@ -264,8 +264,13 @@ class Sweep:
                 return
             progress.startup_s.append(startup)
             print(f"serve {kv}: healthy after {startup:.0f} s", flush=True)
-            for i, point in enumerate(self.points):
-                rec = self.run_point(kv, i, point, srv, params, check)
+            plan = [self.point_plan(kv, i, point, srv) for i, point in enumerate(self.points)]
+            results = online.run_points(plan, metrics_url=srv.url + "/metrics",
+                                        plan_path=self.out / "bench" / f"client-{kv}.plan.json",
+                                        client_log=self.out / "logs" / f"client-{kv}.log",
+                                        timeout=self.args.point_timeout)
+            for p, res in zip(plan, results):
+                rec = self.point_record(kv, p, res, params, check)
                 point_recs.append(rec)
                 self._emit(rec)
                 progress.point_s.append(rec["duration_s"])
@@ -284,34 +289,37 @@ class Sweep:
             self._emit(summary)
             print(summary_line(summary), flush=True)
 
-    def run_point(self, kv: str, i: int, point: online.Point, srv: servers.Server, params: dict,
-                  check: dict | None) -> dict:
+    def point_plan(self, kv: str, i: int, point: online.Point, srv: servers.Server) -> dict:
+        """What the client runs for one point, and where its log and vLLM's result JSON go."""
         rid = f"serve-{kv}-{point.id}"
         n = online.num_prompts_for(point, self.args.num_prompts, self.args.seconds)
-        result_file = f"{rid}.json"
         cmd = online.bench_command(
             url=srv.url, model=self.model["path"], point=point, input_len=self.args.input_len,
             output_len=self.args.output_len, num_prompts=n, num_warmups=self.args.num_warmups,
-            seed=self.args.seed + i, slo=self.slo, result_dir=self.out / "bench", result_file=result_file,
+            seed=self.args.seed + i, slo=self.slo, result_dir=self.out / "bench", result_file=f"{rid}.json",
             extra=[a for arg in self.args.bench_arg for a in shlex.split(arg)]
             + (["--tokenizer", self.tokenizer] if self.tokenizer else []))
-        started = runner.now()
-        res = online.run_point(cmd, metrics_url=srv.url + "/metrics", log_path=self.out / "logs" / f"{rid}.log",
-                               result_path=self.out / "bench" / result_file, timeout=self.args.point_timeout)
-        rec = base_record("serve_point", kv, rid, model=self.model,
+        return {"id": rid, "point": point, "num_prompts": n, "seed": self.args.seed + i, "command": cmd,
+                "log": self.out / "logs" / f"{rid}.log", "result": self.out / "bench" / f"{rid}.json"}
+
+    def point_record(self, kv: str, plan: dict, res: dict, params: dict, check: dict | None) -> dict:
+        point = plan["point"]
+        rec = base_record("serve_point", kv, plan["id"], model=self.model,
                           params={**params, "point": point.id, "load": {"rate": point.rate,
                                                                          "concurrency": point.concurrency},
-                                  "num_prompts": n, "seed": self.args.seed + i, "bench_command": shlex.join(cmd)},
-                          command=self.command, argv=self.argv, env=self.env, started=started, check=check)
+                                  "num_prompts": plan["num_prompts"], "seed": plan["seed"],
+                                  "bench_command": shlex.join(plan["command"])},
+                          command=self.command, argv=self.argv, env=self.env, started=res.get("started") or runner.now(),
+                          check=check)
         rec.update(status=res["status"], reason=res["reason"], duration_s=res["duration_s"],
-                   log=f"logs/{rid}.log")
+                   log=str(plan["log"].relative_to(self.out)))
         if res["status"] == "ok":
             m = online.point_metrics(res["result"], point)
             m.update(res["kv"])
             misses = metrics.slo_misses(m, self.slo)
             m.update(slo_ms=self.slo, slo_met=not misses, slo_misses=misses)
             rec["metrics"] = m
-            rec["raw"] = {"result_file": f"bench/{result_file}"}
+            rec["raw"] = {"result_file": str(plan["result"].relative_to(self.out))}
         else:
             rec["metrics"] = dict(res["kv"])
         return rec
