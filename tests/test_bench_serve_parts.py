@@ -261,3 +261,12 @@ def test_run_points_when_the_client_fails(tmp_path, monkeypatch, behaviour):
     sent = json.loads((tmp_path / "plan.json").read_text())["points"]
     assert [p["argv"] for p in sent] == [["bench", "serve", "--x", str(i)] for i in range(3)]
     assert not (tmp_path / "p0.done.json").exists()  # read into the record, then removed
+
+
+def test_serving_venv_without_scripts_gets_shims(tmp_path):
+    assert servers.serving_venv(sys.prefix, tmp_path / "shim") == sys.prefix  # the test venv has both
+    venv = servers.serving_venv(str(tmp_path / "bare"), tmp_path / "shim")
+    assert venv == str(tmp_path / "shim")
+    out = subprocess.run([f"{venv}/bin/s4kv"], capture_output=True, text=True, check=True)
+    assert "usage: s4kv" in out.stdout
+    assert f'"{sys.executable}" -m vllm.entrypoints.cli.main "$@"' in (tmp_path / "shim/bin/vllm").read_text()

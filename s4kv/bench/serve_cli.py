@@ -242,7 +242,7 @@ class Sweep:
         env_file.write_text(servers.serve_env(
             model=self.model["path"], kv_cache_dtype=kv, port=port, max_model_len=self.server["max_model_len"],
             gpu_memory_utilization=self.server["gpu_memory_utilization"], extra_args=self.server["extra_args"],
-            venv=sys.prefix))
+            venv=servers.serving_venv(sys.prefix, self.out / "serve-env" / "venv")))
         env_file.chmod(0o600)  # the launcher refuses a serve.env that others can write
         log_rel = f"logs/server-{kv}.log"
         srv = servers.Server(self.launcher, env_file, self.out / log_rel, port)

@@ -40,6 +40,22 @@ def find_launcher(explicit: str | None = None) -> Path:
                      "(deploy/image/s4kv-serve of the S4 KV repository)")
 
 
+def serving_venv(prefix: str, shim_dir: Path) -> str:
+    """The S4KV_VENV for the launcher, which runs $S4KV_VENV/bin/vllm (and bin/s4kv for `s4kv validate`):
+    this interpreter's environment when it has those scripts, else `shim_dir` with two scripts that run
+    them through this interpreter. A tree run from PYTHONPATH (the lent GPU machine: vLLM patched into
+    /tmp/site, s4kv from the checkout) has no such scripts; the launcher passes PYTHONPATH on."""
+    bin_dir = Path(prefix) / "bin"
+    if all(os.access(bin_dir / name, os.X_OK) for name in ("vllm", "s4kv")):
+        return prefix
+    (shim_dir / "bin").mkdir(parents=True, exist_ok=True)
+    for name, module in (("vllm", "vllm.entrypoints.cli.main"), ("s4kv", "s4kv.cli")):
+        script = shim_dir / "bin" / name
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+        script.chmod(0o755)
+    return str(shim_dir)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
