@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from e2e_harness import report
 from serve_harness import needs_smollm2, needs_vllm
 
 from s4kv import format as fmt
@@ -44,6 +45,11 @@ def run(tmp_path_factory):
     print(f"s4kv bench serve: {time.monotonic() - t:.0f} s\n{proc.stdout}", file=sys.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     recs = records.read_jsonl(out / "results.jsonl")
+    report(f"bench serve: {time.monotonic() - t:.0f} s for {len(KVS)} servers x {len(RATES)} rates "
+           f"({INPUT_LEN} in / {OUTPUT_LEN} out, {NUM_PROMPTS} requests per point)")
+    for line in proc.stdout.splitlines():
+        if re.match(r"^(\[\d+/\d+\] serve |serve \S+: max_rate_at_slo )", line):
+            report(f"  {line}")
     return {"out": out, "stdout": proc.stdout, "recs": recs, "by_id": {r["id"]: r for r in recs}}
 
 
