@@ -10,7 +10,7 @@ import sys
 
 COMMANDS = {
     "validate": "can int4_kivi serve this model? exit 0 yes, 1 no (with the reasons), 75 hub unreachable",
-    "bench": "KV-cache dtypes side by side: capacity, speed, quality",
+    "bench": "KV-cache dtypes side by side: capacity, speed, quality, serving at a latency SLO",
 }
 
 

@@ -63,7 +63,8 @@ def test_quality_figure_cells(recs):
 
 def test_write_plots_png(tmp_path, recs):
     written = plots.write_plots(recs, tmp_path)
-    assert written == plots.FILES
+    # the sample has no serving records, so no serve_* plots
+    assert written == {k: plots.FILES[k] for k in ("capacity", "speed", "quality")}
     for name in written.values():
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000

@@ -1,6 +1,7 @@
 """`s4kv bench`: KV-cache dtypes side by side (capacity, speed, quality) on one model, in one run.
 
     s4kv bench {capacity,speed,quality,all} --model smollm2 --kv auto,fp8,int4_kivi [--out DIR] ...
+    s4kv bench serve --model M --input-len L --output-len N --rates 1,2,4   # online, at a latency SLO
     s4kv bench report DIR        # rewrite results.md and the plots from DIR/results.jsonl
 
 Every (dtype, measurement) runs in its own worker process (`python -m s4kv.bench.worker`), so each
@@ -57,7 +58,8 @@ def _engine_arg(s: str) -> tuple[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="s4kv bench", description=__doc__.split("\n\n")[0],
-        epilog="`s4kv bench report DIR` rewrites DIR/results.md and the plots from DIR/results.jsonl.")
+        epilog="`s4kv bench serve --help`: the online benchmark (vllm serve + vllm bench serve at a latency SLO). "
+               "`s4kv bench report DIR` rewrites DIR/results.md and the plots from DIR/results.jsonl.")
     ap.add_argument("what", choices=["capacity", "speed", "quality", "all"],
                     help="measurement(s); `all` = capacity + speed + quality (speed only on CUDA)")
     g = ap.add_argument_group("model and dtypes")
@@ -227,18 +229,29 @@ def main_report(argv: list[str]) -> int:
     return 0
 
 
+def prepare_out(path: str | None) -> Path:
+    """The output directory (default bench-results/<timestamp>); an earlier results.jsonl there is
+    kept under another name, so that records of two runs never mix."""
+    out = Path(path or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "results.jsonl").exists():
+        (out / "results.jsonl").rename(out / f"results.jsonl.{datetime.now().strftime('%H%M%S')}.old")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return main_report(argv[1:])
+    if argv[:1] == ["serve"]:
+        from s4kv.bench import serve_cli
+
+        return serve_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     command = shlex.join(["s4kv", "bench", *argv])
     model = resolve_model(args)
     kvs = ["auto"] + [k for k in args.kv if k != "auto"]
-    out = Path(args.out or Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S"))
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / "results.jsonl").exists():
-        (out / "results.jsonl").rename(out / f"results.jsonl.{datetime.now().strftime('%H%M%S')}.old")
+    out = prepare_out(args.out)
 
     print(f"s4kv bench {args.what}: model {model['name']} ({model['path']}){' [dummy]' if model['dummy'] else ''}"
           f", kv {','.join(kvs)} -> {out}", flush=True)

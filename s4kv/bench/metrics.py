@@ -166,3 +166,40 @@ def saturated_batch(num_blocks: int, block_size: int, context: int, new_tokens: 
     """How many sequences of context + new_tokens the KV cache holds at once (whole blocks each)."""
     per_seq = -(-(context + new_tokens) // block_size)
     return num_blocks // per_seq
+
+
+# ---------------------------------------------------------------------------------------------
+# serving (s4kv bench serve): the SLO and the highest load that meets it
+
+SLO_METRICS = ("ttft", "tpot", "e2el")  # what vLLM's --goodput accepts, in milliseconds
+
+
+def slo_misses(point: dict, slo: dict[str, float]) -> list[str]:
+    """Why a measured point does not meet the SLO (empty when it does). The SLO holds targets for
+    the p99 of each metric in slo (e.g. {"ttft": 2000, "tpot": 50}, milliseconds); a point meets it
+    when every p99 is at or below its target and every request completed."""
+    misses = []
+    if point.get("failed") or point.get("completed") != point.get("num_prompts"):
+        misses.append(f"{point.get('failed') or 0} failed, {point.get('completed')} of "
+                      f"{point.get('num_prompts')} completed")
+    for name, target in slo.items():
+        p99 = point.get(f"p99_{name}_ms")
+        if p99 is None:
+            misses.append(f"no p99 {name}")
+        elif p99 > target:
+            misses.append(f"p99 {name.upper()} {p99:,.1f} ms > {target:,g} ms")
+    return misses
+
+
+def max_load_at_slo(points: list[dict], key: str, slo: dict[str, float]) -> tuple[float | None, float | None]:
+    """(highest load, lowest load above it) of a sweep: the highest value of `key` (offered request
+    rate, or client concurrency) such that the point at it and every point at a lower value meet
+    the SLO, and the first swept value that does not (None when none is swept). (None, lowest value)
+    when even the lowest point misses. A point that misses caps the sweep even if a higher one
+    meets the SLO again: that is noise or a measurement too short, not a sustainable load."""
+    best = None
+    for p in sorted((p for p in points if p.get(key) is not None), key=lambda p: p[key]):
+        if slo_misses(p, slo):
+            return best, p[key]
+        best = p[key]
+    return best, None

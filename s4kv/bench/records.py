@@ -16,6 +16,11 @@ A record::
      "env": {"vllm": "...", "torch": "...", "s4kv": "...", "device": "...", ...},
      "command": "s4kv bench ...", "started": "2026-11-29T12:00:00+00:00", "duration_s": 63.1,
      "log": "logs/quality-fp8.log"}
+
+`s4kv bench serve` writes one "serve_point" record per (dtype, load point) as it is measured
+(id "serve-int4_kivi-rate2", metrics: vLLM's numbers of that point and the server's KV use) and,
+after the dtype's server stopped, its "serve" summary record (id "serve-int4_kivi", metrics:
+the SLO, max_rate_at_slo, max_concurrency_at_slo, the KV pool).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 from s4kv.bench import metrics
 
 SCHEMA = "s4kv.bench/1"
-MEASUREMENTS = ("capacity", "speed", "quality")
+MEASUREMENTS = ("capacity", "speed", "quality", "serve", "serve_point")
 STATUSES = ("ok", "refused", "failed")
 REQUIRED = ("schema", "id", "measurement", "kv_cache_dtype", "repeat", "status", "reason", "model",
             "params", "metrics", "env", "command", "started", "duration_s")
@@ -142,11 +147,13 @@ def root_cause(text: str) -> str | None:
 # comparisons with auto
 
 
-def reference(records: Iterable[dict], measurement: str) -> dict | None:
-    """The `auto` record (first repeat, ok) a measurement is compared with."""
+def reference(records: Iterable[dict], measurement: str, point: str | None = None) -> dict | None:
+    """The `auto` record (first repeat, ok) a measurement is compared with; for a serve_point, the
+    `auto` point of the same load (`point`, its params["point"])."""
     for rec in records:
         if (rec["measurement"] == measurement and rec["kv_cache_dtype"] == "auto"
-                and rec.get("repeat", 1) == 1 and rec["status"] == "ok"):
+                and rec.get("repeat", 1) == 1 and rec["status"] == "ok"
+                and (point is None or rec["params"].get("point") == point)):
             return rec
     return None
 
@@ -198,4 +205,10 @@ def compare(rec: dict, ref: dict | None) -> dict | None:
             g.pop("per_sequence_token_agreement")
             out["greedy"] = g
         return out
+    if kind == "serve":
+        return {k + "_ratio": metrics.ratio(m.get(k), r.get(k))
+                for k in ("max_rate_at_slo", "max_concurrency_at_slo", "kv_pool_tokens")}
+    if kind == "serve_point":
+        return {k + "_ratio": metrics.ratio(m.get(k), r.get(k))
+                for k in ("request_throughput", "output_throughput", "p99_ttft_ms", "p99_tpot_ms")}
     return None

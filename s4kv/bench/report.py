@@ -68,6 +68,94 @@ def speed_table(recs: list[dict]) -> str | None:
                    "× auto", "note"], rows)
 
 
+def _ms(x) -> str:
+    return "–" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:,.1f}")
+
+
+def _best(m: dict, vs: dict, load: str, unit: str, is_auto: bool) -> str:
+    """"**2** req/s (2.00× auto); misses at 4": a summary's highest load within the SLO."""
+    v, over = m.get(f"max_{load}_at_slo"), m.get(f"first_{load}_over_slo")
+    if v is None and over is None:
+        return "–"
+    ratio = None if is_auto else vs.get(f"max_{load}_at_slo_ratio")
+    text = "none" if v is None else f"**{v:g}** {unit}" + (f" ({ratio:.2f}× auto)" if ratio else "")
+    return text + (f"; misses at {over:g}" if over is not None else "; met at every point")
+
+
+def serve_summary_table(recs: list[dict]) -> str | None:
+    ok = _ok(recs, "serve")
+    if not ok:
+        return None
+    rows = []
+    for r in ok:
+        m, vs = r["metrics"], r.get("vs_auto") or {}
+        auto = r["kv_cache_dtype"] == "auto"
+        rows.append([f"`{records.label(r)}`", _best(m, vs, "rate", "req/s", auto),
+                     _best(m, vs, "concurrency", "clients", auto),
+                     _f(m.get("request_throughput_at_max_rate"), "{:.2f}"),
+                     _f(m.get("output_throughput_at_max_rate")), _f(m.get("kv_pool_tokens")),
+                     _f(vs.get("kv_pool_tokens_ratio"), "{:.2f}×"), _f(m.get("log_kv_cache_tokens")),
+                     _f((r.get("engine") or {}).get("startup_s"), "{:.0f} s")])
+    return _table(["KV dtype", "max rate at SLO", "max concurrency at SLO", "req/s there", "out tok/s there",
+                   "KV pool tokens", "× auto", "vLLM-reported KV tokens", "server start"], rows)
+
+
+def serve_points_table(recs: list[dict]) -> str | None:
+    pts = _ok(recs, "serve_point")
+    if not pts:
+        return None
+    rows = []
+    for r in pts:
+        m = r["metrics"]
+        load = f"{m['rate']:g} req/s" if m.get("rate") is not None else f"{m['concurrency']} clients"
+        lat = ["/".join(_ms(m.get(f"p{p}_{name}_ms")) for p in (50, 90, 99)) for name in ("ttft", "tpot", "itl")]
+        kv = m.get("kv_cache_usage_max")
+        rows.append([f"`{records.label(r)}`", load, f"{m.get('completed')}/{m.get('num_prompts')}",
+                     _f(m.get("request_throughput"), "{:.2f}"), _f(m.get("output_throughput")), *lat,
+                     _pct(m.get("goodput_fraction"), 0), "–" if kv is None else f"{100 * kv:.0f}%",
+                     _f(m.get("num_requests_running_max")), _f(m.get("num_requests_waiting_max")),
+                     _f(m.get("num_preemptions")),
+                     "yes" if m.get("slo_met") else "no: " + "; ".join(m.get("slo_misses") or [])])
+    return _table(["KV dtype", "load", "completed", "req/s", "out tok/s", "TTFT p50/p90/p99 ms",
+                   "TPOT p50/p90/p99 ms", "ITL p50/p90/p99 ms", "goodput", "KV use peak", "running peak",
+                   "waiting peak", "preemptions", "SLO met"], rows)
+
+
+def serve_section(recs: list[dict], plots: dict[str, str]) -> list[str]:
+    summary, points = serve_summary_table(recs), serve_points_table(recs)
+    if not summary and not points:
+        return []
+    r = next((r for r in recs if r["measurement"] in ("serve", "serve_point") and r["status"] == "ok"), None)
+    if r is None:
+        return []
+    p = r["params"]
+    slo = ", ".join(f"{k.upper()} ≤ {v:,g} ms" for k, v in (p.get("slo_ms") or {}).items())
+    mem = (f"{p['kv_cache_bytes'] / (1 << 30):g} GiB of KV cache for every dtype" if p.get("kv_cache_bytes")
+           else f"gpu_memory_utilization {p.get('gpu_memory_utilization') or 'default'}")
+    parts = ["", "## Serving (vllm bench serve)", "",
+             (f"`vllm serve` started by the deploy launcher (`s4kv-serve`) for each dtype, max_model_len "
+              f"{p.get('max_model_len')}, {mem}, extra server arguments `{' '.join(p.get('serve_extra_args') or [])}`; "
+              f"`vllm bench serve` with random prompts of {p['input_len']:,} tokens and {p['output_len']:,} new "
+              f"tokens each (ignore_eos), {p.get('num_warmups')} warm-up requests per point. Rate points: Poisson "
+              "arrivals at the offered rate, no client limit; concurrency points: that many clients, each sending "
+              f"its next request when the last one finished. **SLO: p99 {slo}**, and every request completed. "
+              "*Max rate at SLO*: the highest swept rate that meets it with every lower swept rate meeting it "
+              "too. Goodput: the share of requests within every target (vLLM's `--goodput`). KV use: "
+              "`vllm:kv_cache_usage_perc` sampled from /metrics every 0.5 s (peak); running/waiting: the "
+              "scheduler's queues at their peak. KV pool: blocks × block size from `vllm:cache_config_info`; "
+              "vLLM-reported: its startup line, which counts max_model_len requests (an int4_kivi request also "
+              "holds its exact tail's pages, so at a short max_model_len that figure is below the pool).")]
+    if summary:
+        parts += ["", summary]
+    for name, alt in (("serve_max", "highest load within the SLO"), ("serve_rate", "latency vs request rate"),
+                      ("serve_concurrency", "latency vs concurrency")):
+        if name in plots:
+            parts += ["", f"![{alt}]({plots[name]})"]
+    if points:
+        parts += ["", "Every point (latencies in ms):", "", points]
+    return parts
+
+
 def quality_rows(recs: list[dict]) -> list[dict]:
     """One dict per ok quality record (also what the quality plot shows)."""
     out = []
@@ -209,6 +297,7 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
                   "the generation length."), "", qual]
         if "quality" in plots:
             parts += ["", f"![quality]({plots['quality']})"]
+    parts += serve_section(recs, plots)
     bad = not_ok_table(recs)
     if bad:
         parts += ["", "## Not measured", "", bad]
@@ -216,7 +305,9 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
         rows = [[f"`{kv}`", (reason or "").replace("|", "\\|")] for kv, reason in
                 sorted({(r["kv_cache_dtype"], r["preflight"].get("reason")) for r in overridden})]
         parts += ["", "## Not supported here", "", _table(["KV dtype", "preflight"], rows)]
-    parts += ["", "Raw records: `results.jsonl` (one per measurement; per-position data under `raw`)."]
+    parts += ["", "Raw records: `results.jsonl` (one per measurement; per-position data under `raw`"
+              + ("; vLLM's result JSON of every serving point under `bench/`" if _ok(recs, "serve_point") else "")
+              + ")."]
     return "\n".join(parts) + "\n"
 
 

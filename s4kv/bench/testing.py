@@ -92,6 +92,65 @@ def sample_records() -> list[dict]:
     return records_with_comparisons(recs)
 
 
+SERVE_SLO = {"ttft": 2000.0, "tpot": 50.0}
+# p99 TTFT / TPOT (ms) per (dtype, rate): auto misses the TPOT target from 2 req/s, int4_kivi from 8
+SERVE_LATENCY = {"auto": {1: (300, 30), 2: (900, 70), 4: (5000, 120), 8: (20000, 300)},
+                 "int4_kivi": {1: (280, 25), 2: (500, 32), 4: (1500, 45), 8: (9000, 90)}}
+
+
+def serve_point_record(kv: str, rate: float, ttft: float, tpot: float, slo: dict | None = None) -> dict:
+    """A serve_point record as `s4kv bench serve` writes it."""
+    from s4kv.bench import metrics as bench_metrics
+
+    slo = SERVE_SLO if slo is None else slo
+    rec = record("capacity", kv)
+    n = int(rate * 60)
+    m = {"rate": rate, "concurrency": None, "num_prompts": n, "completed": n, "failed": 0, "duration_s": 62.0,
+         "request_throughput": n / 62.0, "output_throughput": n * 512 / 62.0, "total_token_throughput": None,
+         "request_goodput": n / 62.0 * (1.0 if ttft <= slo["ttft"] and tpot <= slo["tpot"] else 0.5),
+         "total_input_tokens": n * 4096, "total_output_tokens": n * 512, "max_concurrent_requests": 4,
+         "kv_cache_usage_max": min(1.0, rate / 8), "kv_cache_usage_mean_busy": rate / 16,
+         "num_requests_running_max": 4, "num_requests_waiting_max": 0, "num_preemptions": 0}
+    for name, p99 in (("ttft", ttft), ("tpot", tpot), ("itl", tpot), ("e2el", ttft + 511 * tpot)):
+        m.update({f"mean_{name}_ms": p99 / 2, f"p50_{name}_ms": p99 / 2, f"p90_{name}_ms": p99 * 0.9,
+                  f"p99_{name}_ms": p99})
+    m["goodput_fraction"] = m["request_goodput"] / m["request_throughput"]
+    misses = bench_metrics.slo_misses(m, slo)
+    m.update(slo_ms=slo, slo_met=not misses, slo_misses=misses)
+    rec.update(id=f"serve-{kv}-rate{rate:g}", measurement="serve_point", metrics=m,
+               params={"input_len": 4096, "output_len": 512, "slo_ms": slo, "num_warmups": 4, "seed": 0,
+                       "max_model_len": 4608, "kv_cache_bytes": 4 << 30, "gpu_memory_utilization": None,
+                       "serve_extra_args": ["--no-enable-prefix-caching"], "bench_extra_args": [],
+                       "point": f"rate{rate:g}", "load": {"rate": rate, "concurrency": None}, "num_prompts": n},
+               command="s4kv bench serve --model dummy:qwen2.5-7b", argv=["serve"])
+    return rec
+
+
+def serve_records() -> list[dict]:
+    """Points and summaries of a synthetic sweep (auto, int4_kivi; fp8 refused), comparisons filled in."""
+    from s4kv.bench import metrics as bench_metrics
+    from s4kv.bench import records as recs_mod
+
+    out: list[dict] = []
+    for kv, lat in SERVE_LATENCY.items():
+        pts = [serve_point_record(kv, rate, *lat[rate]) for rate in sorted(lat)]
+        best, over = bench_metrics.max_load_at_slo([p["metrics"] for p in pts], "rate", SERVE_SLO)
+        summary = {**pts[0], "id": f"serve-{kv}", "measurement": "serve", "params": dict(pts[0]["params"]),
+                   "engine": {"startup_s": 60.0}, "metrics": {
+                       "slo_ms": SERVE_SLO, "max_rate_at_slo": best, "first_rate_over_slo": over,
+                       "max_concurrency_at_slo": None, "first_concurrency_over_slo": None,
+                       "kv_pool_tokens": int(70_000 * SHRINK[kv]), "log_kv_cache_tokens": int(66_000 * SHRINK[kv])}}
+        out += pts + [summary]
+    out.append({**record("capacity", "fp8", status="refused", reason="fp8 needs AVX-512"), "id": "serve-fp8",
+                "measurement": "serve"})
+    done: list[dict] = []
+    for rec in out:
+        point = rec["params"].get("point") if rec["measurement"] == "serve_point" else None
+        rec["vs_auto"] = recs_mod.compare(rec, recs_mod.reference(done + [rec], rec["measurement"], point))
+        done.append(rec)
+    return done
+
+
 def fake_worker(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     out = Path(argv[1])

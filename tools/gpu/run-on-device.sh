@@ -4,7 +4,8 @@
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
-#                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput)
+#                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
+#                                                 bench-serve)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
 #   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
@@ -184,6 +185,15 @@ for s in "$@"; do
       # shellcheck disable=SC2086
       step throughput bash tools/gpu/throughput.sh "$OUT/throughput" ${THROUGHPUT_RUNS:-}
       tar -C "$OUT" -czf "$OUT/throughput.tgz" throughput && rm -rf "$OUT/throughput" ;;
+    bench-serve)  # issue 19 (not run on a GPU yet): the highest request rate within the SLO p99 TTFT <= 2 s
+      # and TPOT <= 50 ms, a 7B model with a 24 GB GPU's KV budget (4 GiB for every dtype), 4k-token
+      # prompts and 512 new tokens; one server per dtype (the deploy launcher), `vllm bench serve` per
+      # rate, each sending rate x SERVE_SECONDS of requests: a point takes over a minute, so five rates
+      # for three dtypes take more than one call (--detach, then collect)
+      step bench-serve python3 -m s4kv.bench serve --model dummy:qwen2.5-7b --kv "${SERVE_KVS:-auto,fp8,int4_kivi}" \
+        --input-len 4096 --output-len 512 --rates "${SERVE_RATES:-0.25,0.5,1,2,3}" --kv-cache-gib 4 \
+        --slo-ttft-ms 2000 --slo-tpot-ms 50 --seconds "${SERVE_SECONDS:-60}" --out "$OUT/serve"
+      tar -C "$OUT" -czf "$OUT/serve.tgz" serve && rm -rf "$OUT/serve" ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done
