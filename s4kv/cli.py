@@ -46,14 +46,16 @@ BENCH_EXTRA = ("matplotlib", "tqdm")
 
 
 def missing_modules(names) -> list[str]:
-    """The modules among `names` that cannot be imported here."""
-    import importlib
+    """The modules among `names` that are not installed here (found without importing them)."""
+    import importlib.util
 
     missing = []
     for name in names:
         try:
-            importlib.import_module(name)
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except ValueError:  # in sys.modules as None: made unimportable
+            found = False
+        if not found:
             missing.append(name)
     return missing
 

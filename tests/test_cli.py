@@ -1,5 +1,5 @@
-"""The `s4kv` console script from a plain install: a subcommand whose optional dependencies are
-missing says which extra to install instead of a traceback."""
+"""The `s4kv` console script from a plain install: a subcommand whose optional dependencies (or vLLM)
+are missing says what to install instead of a traceback."""
 
 import subprocess
 import sys
@@ -57,3 +57,14 @@ def test_the_demo_extra_is_the_one_pyproject_declares():
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["demo"]
     assert tuple(extra) == demo.DEMO_EXTRA
+
+
+def test_validate_without_vllm_says_so_in_one_line():
+    # vLLM made unimportable, as after `pip install s4kv` alone: validate reads configs through vLLM
+    r = _run("import sys; sys.modules['vllm'] = None\n"
+             "from s4kv.cli import main; sys.exit(main(['validate', 'Qwen/Qwen2.5-7B-Instruct']))")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.splitlines() == [
+        ("CANNOT CHECK: s4kv validate reads the model's config with vLLM, which is not installed here: install "
+         "the patched vLLM wheel from dist/ (README: a serving environment)")]
+    assert "Traceback" not in r.stderr
