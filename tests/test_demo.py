@@ -50,14 +50,16 @@ def test_metrics_without_blocks_is_an_error():
 
 
 # A stand-in server: a main process and a child in its process group that both ignore the signals
-# named on its command line, as a hung engine would.
+# named on its command line, as a hung engine would; each says "ready" once its handlers are set.
 STUBBORN = textwrap.dedent('''\
     import signal, subprocess, sys, time
-    for name in sys.argv[1].split(","):
-        if name:
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-    child = subprocess.Popen([sys.executable, "-c", sys.argv[2]])
-    print("ready", flush=True)
+    ignored = [name for name in sys.argv[1].split(",") if name]
+    for name in ignored:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    code = f"import signal, time\\nfor s in {ignored!r}: signal.signal(getattr(signal, s), signal.SIG_IGN)\\n" \\
+           "print('child ready', flush=True)\\ntime.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    print("main ready", flush=True)
     time.sleep(600)
     ''')
 
@@ -68,14 +70,15 @@ STUBBORN = textwrap.dedent('''\
     ("SIGINT,SIGTERM", "SIGKILL"),
 ])
 def test_stop_escalates_until_the_whole_group_is_gone(tmp_path, ignores, ended_by):
-    child = f"import signal, time\nfor s in {ignores.split(',')!r}:\n    s and signal.signal(getattr(signal, s), " \
-            "signal.SIG_IGN)\ntime.sleep(600)"
     server = demo.Server("stub", "auto", "unused", tmp_path, kv_cache_bytes=1, max_model_len=None)
-    server.argv = [sys.executable, "-c", STUBBORN, ignores, child]
-    server.stop_steps = ((signal.SIGINT, 1.5), (signal.SIGTERM, 1.5), (signal.SIGKILL, 5.0))
+    server.argv = [sys.executable, "-c", STUBBORN, ignores]
+    # an ignored signal's wait runs out whatever its length (1 s); the one that works gets 60 s
+    server.stop_steps = tuple((sig, 1.0 if sig.name in ignores.split(",") else 60.0)
+                              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
     server.start()
-    deadline = time.monotonic() + 30
-    while "ready" not in server.log_text() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not ("main ready" in server.log_text() and "child ready" in server.log_text()):
+        assert time.monotonic() < deadline, server.log_text()
         time.sleep(0.1)
     assert len(demo.group_members(server.pgid)) == 2, server.log_text()
     how, _, left = server.stop()
