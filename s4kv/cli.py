@@ -2,6 +2,7 @@
 
     s4kv validate MODEL   can int4_kivi serve this model? (s4kv.validation)
     s4kv bench ...        KV-cache dtypes side by side (s4kv.bench.cli)
+    s4kv demo             serve SmolLM2 with int4_kivi here, next to bf16 (s4kv.demo)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 COMMANDS = {
     "validate": "can int4_kivi serve this model? exit 0 yes, 1 no (with the reasons), 75 hub unreachable",
     "bench": "KV-cache dtypes side by side: capacity, speed, quality, serving at a latency SLO",
+    "demo": "serve SmolLM2 with int4_kivi on this machine: an answer, and its KV capacity next to bf16's",
 }
 
 
@@ -25,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         from s4kv.validation import main as validate_main
 
         return validate_main(argv[1:])
+    if argv[0] == "demo":
+        from s4kv.demo import main as demo_main
+
+        return demo_main(argv[1:])
     missing = missing_modules(BENCH_EXTRA)
     if missing:
         print(f"s4kv bench needs its optional dependencies: pip install 's4kv[bench]' "
@@ -40,14 +46,16 @@ BENCH_EXTRA = ("matplotlib", "tqdm")
 
 
 def missing_modules(names) -> list[str]:
-    """The modules among `names` that cannot be imported here."""
-    import importlib
+    """The modules among `names` that are not installed here (found without importing them)."""
+    import importlib.util
 
     missing = []
     for name in names:
         try:
-            importlib.import_module(name)
-        except ImportError:
+            found = importlib.util.find_spec(name) is not None
+        except ValueError:  # in sys.modules as None: made unimportable
+            found = False
+        if not found:
             missing.append(name)
     return missing
 

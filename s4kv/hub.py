@@ -81,6 +81,9 @@ def classify(e: BaseException, model: str) -> Exception:
 def ensure_config(model: str, revision: str | None = None) -> None:
     """Make `model`'s config readable by vLLM: a local directory must hold one, a hub id is fetched
     into the local cache. Raises HubUnavailable or ConfigNotFound."""
+    if not os.path.isdir(model) and model.startswith(("/", "./", "../", "~")):
+        # a path (hub ids are `name` or `org/name`): the hub would only call it an invalid repo id
+        raise ConfigNotFound(f"{model}: no such local directory")
     if os.path.isdir(model):
         if not any(os.path.isfile(os.path.join(model, f)) for f in CONFIG_FILES):
             raise ConfigNotFound(f"{model}: a local directory without {' or '.join(CONFIG_FILES)}")

@@ -48,7 +48,16 @@ def smollm2(out: Path | None = None) -> Path:
     return out
 
 
+# What the conversion imports besides transformers (which vLLM brings).
+CONVERSION_MODULES = ("gguf", "accelerate")
+
+
 def _convert_gguf(src: Path, out: Path) -> None:
+    from s4kv.cli import missing_modules
+
+    missing = missing_modules(CONVERSION_MODULES)
+    if missing:
+        raise RuntimeError(f"converting {src.name} needs {' and '.join(missing)}: pip install {' '.join(missing)}")
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -233,12 +233,13 @@ EXIT_SUPPORTED, EXIT_REFUSED, EXIT_TEMPFAIL = 0, 1, 75  # 75: EX_TEMPFAIL (sysex
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``s4kv validate MODEL``: can int4_kivi serve this model? Exit 0 yes; 1 no, or no config at
-    that name (one line with the reason); 75 the Hugging Face Hub could not be asked now (HTTP 429
+    """``s4kv validate MODEL``: can int4_kivi serve this model? Exit 0 yes; 1 no, no config at
+    that name or no vLLM installed to read it (one line with the reason); 75 the Hugging Face Hub could not be asked now (HTTP 429
     or 5xx, no connection): try again later."""
     import argparse
     import json
 
+    from s4kv.cli import missing_modules
     from s4kv.hub import ConfigNotFound, HubUnavailable, ensure_config
 
     ap = argparse.ArgumentParser(prog="s4kv validate", description=main.__doc__)
@@ -255,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out) if args.json else f"{label}: {reason}")
         return code
 
+    if missing_modules(["vllm"]):
+        # the config is read by vLLM's own ModelConfig (so the facts are the engine's): no vLLM, no check
+        return answer(EXIT_REFUSED, "CANNOT CHECK", "s4kv validate reads the model's config with vLLM, which is "
+                      "not installed here: install the patched vLLM wheel from dist/ (README: a serving environment)")
     try:
         ensure_config(args.model)
     except HubUnavailable as e:

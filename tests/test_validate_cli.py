@@ -68,6 +68,7 @@ def answers(hub, tmp_path_factory):
         "no dns": ("org/model", _env(tmp, "http://hub.invalid")),
         "offline": ("org/model", _env(tmp, hub, HF_HUB_OFFLINE="1")),
         "empty dir": (str(empty), _env(tmp, hub)),
+        "no dir": (str(tmp / "no-such-dir"), _env(tmp, hub)),
     }
     with ThreadPoolExecutor(len(cases)) as pool:
         futures = {name: pool.submit(_validate, *case) for name, case in cases.items()}
@@ -82,6 +83,7 @@ def answers(hub, tmp_path_factory):
     ("401", 1, "NO CONFIG: org/status-401: the Hugging Face Hub answered 401"),
     ("offline", 1, "NO CONFIG: org/model: HF_HUB_OFFLINE is set and its config is not in the local cache"),
     ("empty dir", 1, "a local directory without config.json or params.json"),
+    ("no dir", 1, "no-such-dir: no such local directory"),
 ])
 def test_validate_answers_in_one_line_with_an_exit_code_per_kind_of_failure(answers, case, rc, says):
     r = answers[case]

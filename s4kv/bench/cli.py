@@ -129,7 +129,11 @@ def resolve_model(args) -> dict:
     from s4kv import models
 
     dummy = args.dummy or args.model.startswith("dummy:")
-    return {"name": args.model, "path": models.resolve(args.model), "dummy": dummy}
+    try:
+        path = models.resolve(args.model)
+    except (RuntimeError, KeyError) as e:  # smollm2 without its package, an unknown dummy: name
+        raise SystemExit(f"s4kv bench: --model {args.model}: {e.args[0] if e.args else e}") from None
+    return {"name": args.model, "path": path, "dummy": dummy}
 
 
 def fit_context(context: int, new_tokens: int, model_max_len: int | None) -> int:
@@ -223,6 +227,9 @@ def finish(out: Path, recs: list[dict]) -> tuple[Path, dict[str, str]]:
 def main_report(argv: list[str]) -> int:
     args = report_parser().parse_args(argv)
     out = Path(args.dir)
+    if not (out / "results.jsonl").is_file():
+        raise SystemExit(f"s4kv bench report: {out / 'results.jsonl'} does not exist (the directory of a "
+                         "`s4kv bench --out DIR` run)")
     recs = records.read_jsonl(out / "results.jsonl")
     md, written = finish(out, recs)
     print(f"{md}\n" + "\n".join(str(out / f) for f in written.values()))
