@@ -117,17 +117,21 @@ def test_prefix_hit_and_empty_rows():
 
 def test_many_splits():
     # more splits than pages, and pages spread over splits
+    _check_split_counts(_engine(4, 1, 64, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
+
+
+def _check_split_counts(e, tol):
+    """One decode query after 5 pages and 3 tail tokens, against the reference with 1, 3 and 8
+    splits (pages spread over splits, more splits than pages)."""
     from s4kv.kernels import decode
 
-    e = _engine(4, 1, 64, torch.bfloat16, num_blocks=16)
     e.add("a", 5 * BS + 3)
     e.step([("a", 5 * BS + 2)])
     orig = decode.num_splits
     try:
         for splits in (1, 3, 8):
             decode.num_splits = lambda *a, s=splits, **k: s
-            out = e.step([("a", 1)])
-            check(e, out, TOL[torch.bfloat16])
+            check(e, e.step([("a", 1)]), tol)
             e.reqs["a"]["done"] -= 1  # recompute the same query with another split count
     finally:
         decode.num_splits = orig
@@ -154,21 +158,9 @@ def test_decode_sub_tiles(d, sub):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(4, 4, 64), (16, 1, 128), (12, 2, 64)])  # GQA 1, 16, 6
 def test_decode_query_head_groups_and_splits(dtype, hq, hkv, d):
-    """The page loop's tiles put a kv head's query heads in the dots' columns (8 per MMA, 16 for
-    larger groups): groups of 1, 6 and 16, with 1, 3 and 8 splits over 5 pages (empty splits too)."""
-    from s4kv.kernels import decode
-
-    e = _engine(hq, hkv, d, dtype, num_blocks=16)
-    e.add("a", 5 * BS + 3)
-    e.step([("a", 5 * BS + 2)])
-    orig = decode.num_splits
-    try:
-        for splits in (1, 3, 8):
-            decode.num_splits = lambda *a, s=splits, **k: s
-            check(e, e.step([("a", 1)]), TOL[dtype])
-            e.reqs["a"]["done"] -= 1  # the same query again with another split count
-    finally:
-        decode.num_splits = orig
+    """The page loop's tiles put up to 8 of a kv head's query heads in the dots' columns (larger
+    groups run in chunks of 8): groups of 1, 6 and 16, with 1, 3 and 8 splits over 5 pages."""
+    _check_split_counts(_engine(hq, hkv, d, dtype, num_blocks=16), TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
