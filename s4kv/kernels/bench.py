@@ -71,7 +71,8 @@ def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
 
 
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
-               dtype=torch.bfloat16) -> dict:
+               dtype=torch.bfloat16, output: list | None = None) -> dict:
+    """One (context, batch) point; `output`, when given, receives the attention output (fp32)."""
     from s4kv.kernels.decode import decode_attention
 
     bs = fmt.BLOCK_SIZE
@@ -95,6 +96,8 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     plan_launch(md, hkv, num_sms, uniform_decode=True)
     ms = _graph_time(lambda: decode_attention(q, k, v, regions, md, batch, d ** -0.5, out,
                                               md.decode_splits))
+    if output is not None:
+        output.append(out.clone())
     tail = context - (context // bs) * bs
     read = batch * hkv * (((context) // bs) * lay.region_bytes + tail * 2 * d * q.element_size()) \
         + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
