@@ -35,8 +35,8 @@ def test_entry_point_installed():
     if "s4kv" not in found:
         pytest.skip("s4kv is not installed as a distribution here (run through nox -s tests)")
     assert found["s4kv"] == ENTRY
-    assert importlib.metadata.entry_points(group="vllm.general_plugins", name="s4kv")[0].load() is \
-        vllm_hooks.register
+    (ep,) = importlib.metadata.entry_points(group="vllm.general_plugins", name="s4kv")
+    assert ep.load() is vllm_hooks.register
 
 
 def test_noop_without_register_kv_cache_dtype():
