@@ -1,8 +1,14 @@
-"""The functions vLLM calls through the S4 KV patch series (one guarded call per patch).
+"""The functions vLLM calls through the S4 KV patch series (one guarded call per patch), and the
+``vllm.general_plugins`` entry point of the s4kv wheel.
 
 Each patch in ``patches/vllm-<version>/`` is ``if <cache dtype> == "int4_kivi":`` followed by one
 call into this module; everything else lives in s4kv. Keep these signatures stable: they are the
 contract with the patches of every pinned vLLM release.
+
+From vLLM 0.33 on, ``int4_kivi`` is declared through vLLM's own plugin point instead of a patch:
+``register`` (the entry point ``s4kv`` in the group ``vllm.general_plugins``, pyproject.toml)
+registers a ``KVCacheDTypeHandler``. On 0.24 and 0.32 the series' first patch declares the dtype and
+``register`` does nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +16,52 @@ from __future__ import annotations
 from s4kv import format as fmt
 
 BACKEND_PATH = "s4kv.backend.backend.S4KVAttentionBackend"
+
+
+def register() -> bool:
+    """``vllm.general_plugins`` entry point: declare the int4_kivi kv-cache dtype where vLLM has the
+    plugin point for it (``vllm.config.cache.register_kv_cache_dtype``, vLLM 0.33+). Returns whether it
+    registered the dtype now.
+
+    vLLM loads general plugins in every process before it validates a ``CacheConfig`` or builds a
+    model: the front end in ``EngineArgs.__post_init__`` (and ``AsyncEngineArgs.add_cli_args``), the
+    engine core in ``EngineCore.__init__``, the workers in ``init_worker``. Registering appends the
+    name to ``KV_CACHE_DTYPES`` (pydantic, ``--kv-cache-dtype`` and the selector's assert) and sets
+    ``STR_DTYPE_TO_TORCH_DTYPE["int4_kivi"] = torch.uint8``: what the 0.24/0.32 series patch in.
+
+    The handler's ``quant_mode`` is ``KVQuantMode.NONE``, not ``KVQuantMode.CUSTOM``: in 0.33.0
+    ``CUSTOM = 12`` is an alias of ``OCTAVE_K3V4`` (an ``IntEnum`` with a repeated value), so ``CUSTOM``
+    would turn on the ROCm Octave paths (``is_octave``). ``NONE`` is what ``get_kv_quant_mode`` gave
+    int4_kivi on 0.24/0.32 (an unknown name): vLLM's fp8 / per-token-head / nvfp4 / turboquant /
+    octave machinery stays off, ``is_quantized_kv_cache`` is False, and the s4kv backend owns the
+    format. Routing to that backend is still a patch (the selector asks no handler).
+
+    Does nothing (and never raises) on vLLM without ``register_kv_cache_dtype`` (0.24, 0.32: the series
+    lists int4_kivi in ``CacheDType``), when int4_kivi is already a known dtype (loaded twice, or a
+    patched ``CacheDType``), or when vLLM cannot be imported.
+    """
+    try:
+        from vllm.config import cache
+    except ImportError:
+        return False
+    if not hasattr(cache, "register_kv_cache_dtype") or cache.is_known_kv_cache_dtype(fmt.KV_CACHE_DTYPE):
+        return False
+    import torch
+    from vllm.v1.kv_cache_interface import KVQuantMode
+
+    @cache.register_kv_cache_dtype(fmt.KV_CACHE_DTYPE)
+    class Int4KiviHandler:
+        """int4_kivi pages are raw bytes whose layout s4kv owns (s4kv.format)."""
+
+        name = fmt.KV_CACHE_DTYPE
+
+        def torch_dtype(self) -> torch.dtype:
+            return torch.uint8
+
+        def quant_mode(self) -> KVQuantMode:
+            return KVQuantMode.NONE
+
+    return True
 
 
 def validate_vllm_config(vllm_config) -> None:

@@ -131,10 +131,12 @@ def check_kv_dtype(kv: str, conf: dict, model_dtype: str | None = None) -> tuple
     from typing import get_args
 
     import vllm
-    from vllm.config.cache import CacheDType
+    from vllm.config import cache
     from vllm.platforms import current_platform
+    from vllm.plugins import load_general_plugins
 
-    valid = get_args(CacheDType)
+    load_general_plugins()  # vLLM 0.33+: s4kv's plugin registers int4_kivi (s4kv.vllm_hooks.register)
+    valid = tuple(getattr(cache, "KV_CACHE_DTYPES", None) or get_args(cache.CacheDType))
     if kv not in valid:
         extra = ""
         if kv == "int4_kivi":
