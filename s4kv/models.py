@@ -10,10 +10,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,12 +43,34 @@ def smollm2_gguf() -> Path:
     return path
 
 
+def _complete(out: Path) -> bool:
+    return (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock on `path` (created if missing), held for the block: processes that convert
+    into the same cache at once (the test workers of one machine, two benchmarks) take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def smollm2(out: Path | None = None) -> Path:
-    """The SmolLM2-135M-Instruct HF checkpoint directory, converted from the GGUF on first use."""
+    """The SmolLM2-135M-Instruct HF checkpoint directory, converted from the GGUF on first use.
+
+    The conversion holds `<out>.lock` and renames a finished directory into place: a process that
+    finds `out` sees a complete checkpoint, and one that waited for the lock uses the other's."""
     out = Path(out) if out else cache_dir() / "models" / SMOLLM2_DIRNAME
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+    if _complete(out):
         return out
-    _convert_gguf(smollm2_gguf(), out)
+    with _locked(out.with_name(out.name + ".lock")):
+        if not _complete(out):
+            _convert_gguf(smollm2_gguf(), out)
     return out
 
 
@@ -76,15 +102,19 @@ def _convert_gguf(src: Path, out: Path) -> None:
     conf.pop("quantization_config", None)  # the weights are dequantized now
     conf["architectures"] = [type(model).__name__]
     conf["dtype"] = "bfloat16"
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(conf, indent=2))
-    tok.save_pretrained(tmp)
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))  # this process's own
+    try:
+        tmp.chmod(0o755)  # mkdtemp's is 0700; the cache is readable like a directory mkdir makes
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(conf, indent=2))
+        tok.save_pretrained(tmp)
+        if out.exists():  # an incomplete directory (an older, interrupted conversion)
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 # Real configs (public config.json of each model), trimmed to what vLLM reads.
@@ -114,7 +144,12 @@ def write_config(config: dict, out: Path) -> Path:
     """Write a config-only model directory for ``load_format="dummy"``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    # written aside and renamed over: a process reading it while another writes it (two test
+    # workers, two benchmarks) sees the whole file, never a truncated one
+    with tempfile.NamedTemporaryFile("w", dir=out, prefix=".config.json.", delete=False) as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True))
+    os.chmod(f.name, 0o644)  # NamedTemporaryFile's is 0600
+    os.replace(f.name, out / "config.json")
     return out
 
 

@@ -6,8 +6,8 @@ vLLM replicates kv heads when TP exceeds their number (num_kv_heads per rank = m
 the backend then sees the same per-rank shape (one kv head, its query heads), so this test covers
 that layout's code path too; SmolLM2 itself cannot replicate (TP must divide its 9 query heads).
 
-The measurement is the quality test's (tests/test_e2e_int4_kivi.py): perplexity of 2,048 tokens
-with chunked prefill of 256, where later chunks read the quantized cache written by every rank,
+The measurement is the quality test's (tests/test_e2e_int4_kivi_quality.py): perplexity of 2,048
+tokens with chunked prefill of 256, where later chunks read the quantized cache written by every rank,
 and teacher-forced top-1 agreement with bf16. A rank that mixed up heads, slots or pages would
 move perplexity far beyond the targets.
 """
