@@ -99,9 +99,12 @@ def group_members(pgid: int) -> list[int]:
 # Runs the server's command with PR_SET_PDEATHSIG (Linux prctl 1) set to SIGTERM: when the demo
 # dies, even by SIGKILL, its server gets SIGTERM and shuts down, so none outlives the demo. Done in
 # a fresh interpreter that then execs the server (the setting survives exec), not in a preexec_fn,
-# which is unsafe in a process that has threads (torch's, after the model conversion).
+# which is unsafe in a process that has threads (torch's, after the model conversion). It also gives
+# the server SIGINT's default action: an ignored signal stays ignored across exec, and a demo started
+# with SIGINT ignored (a background job of a script; a pytest-xdist worker) would hand that on, so
+# the first stop step (SIGINT) would do nothing and stopping would wait for SIGTERM.
 _WITH_PDEATHSIG = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
-                   "os.execv(sys.argv[1], sys.argv[1:])")
+                   "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def free_port() -> int:

@@ -75,7 +75,13 @@ def test_stop_escalates_until_the_whole_group_is_gone(tmp_path, ignores, ended_b
     # an ignored signal's wait runs out whatever its length (1 s); the one that works gets 60 s
     server.stop_steps = tuple((sig, 1.0 if sig.name in ignores.split(",") else 60.0)
                               for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
-    server.start()
+    # started from a process that ignores SIGINT (a background job of a script does): the server
+    # must not inherit that, or SIGINT would never stop it (s4kv.demo._WITH_PDEATHSIG)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        server.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 60
     while not ("main ready" in server.log_text() and "child ready" in server.log_text()):
         assert time.monotonic() < deadline, server.log_text()
