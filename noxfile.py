@@ -124,7 +124,7 @@ def _install_patched_vllm(session: nox.Session, pin, build: str, *deps: str) -> 
 
 # Two pytest workers, each running whole test files (a module's engines stay on one worker), the
 # files handed out in collection order, which tests/conftest.py sorts slowest first; each worker's
-# engines bind their own cores (tests/conftest.py). CI's 2 cores: clean-clone run 49 min (64.5 in one process).
+# engines bind their own cores (tests/conftest.py). CI's 2 cores: clean-clone run 39-49 min (64.5 in one process).
 # Options after `--` come later and win: `nox -s tests -- -n 0 tests/test_format.py` runs in one process.
 PYTEST_WORKERS = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
 
