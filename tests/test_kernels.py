@@ -155,6 +155,52 @@ def test_decode_sub_tiles(d, sub):
         kernels.LAUNCH.update(saved)
 
 
+class _launch:
+    """kernels.LAUNCH entries for the duration of a with block."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def __enter__(self):
+        from s4kv import kernels
+
+        self.saved = dict(kernels.LAUNCH)
+        kernels.LAUNCH.update(self.entries)
+
+    def __exit__(self, *exc):
+        from s4kv import kernels
+
+        kernels.LAUNCH.clear()
+        kernels.LAUNCH.update(self.saved)
+
+
+_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+# The launch options tools/gpu/tune_kernels.py sweeps, each away from the default (a tuned
+# S4KV_KERNEL_CONFIG may pick any of them): register caps with more programs per SM, the exact
+# tail's tiles, the reduction's pipeline and warps, programmatic dependent launch (sm90+ only).
+LAUNCH_VARIANTS = {
+    "maxnreg96-5-per-sm": {("decode", 64): {"maxnreg": 96}, ("decode", 128): {"maxnreg": 96},
+                           ("decode-grid", 0): {"programs_per_sm": 5}},
+    "one-page-buffer-maxnreg64": {("decode", 64): {"maxnreg": 64, "PAGE_STAGES": 3},
+                                  ("decode", 128): {"maxnreg": 64, "PAGE_STAGES": 3}},
+    "tail-64-2-stages": {("decode", 64): {"TAIL_SUB": 64, "TAIL_STAGES": 2},
+                         ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
+    "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
+                                ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
+    "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
+}
+
+
+@pytest.mark.parametrize("variant", LAUNCH_VARIANTS)
+def test_decode_launch_variants_against_reference(variant):
+    """Every launch option the tuner may choose gives the reference's attention: a 7-head group
+    over pages and an exact tail, 1, 3 and 8 splits, bf16 and head_dim 128 (the serving shape)."""
+    if variant == "programmatic-launch" and not _HOPPER:
+        pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
+    with _launch(LAUNCH_VARIANTS[variant]):
+        _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(4, 4, 64), (16, 1, 128), (12, 2, 64)])  # GQA 1, 16, 6
 def test_decode_query_head_groups_and_splits(dtype, hq, hkv, d):
@@ -294,9 +340,18 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_decode_step_replays_in_a_cuda_graph():
+@pytest.mark.parametrize("pdl", [False, True], ids=["stream-order", "programmatic-launch"])
+def test_decode_step_replays_in_a_cuda_graph(pdl):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
-    replay must follow the new contents of the persistent metadata buffers."""
+    replay must follow the new contents of the persistent metadata buffers (also with
+    programmatic dependent launch, which a graph keeps as programmatic edges)."""
+    if pdl and not _HOPPER:
+        pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
+    with _launch({("decode-grid", 0): {"pdl": pdl}}):
+        _replay_decode_steps_in_a_graph()
+
+
+def _replay_decode_steps_in_a_graph():
     from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
     hq, hkv, d, dtype = 28, 4, 128, torch.bfloat16

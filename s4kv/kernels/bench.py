@@ -1,6 +1,6 @@
 """Kernel-level benchmark of int4_kivi decode attention on a CUDA GPU.
 
-    python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8]
+    python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8] [--breakdown]
                                  [--prefill-contexts 0,8192,30720 --chunk 2048] [--json OUT]
 
 For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
@@ -8,7 +8,9 @@ For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7
 reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
 block, the exact tail, queries) over the time, next to a device-to-device copy measured in the
 same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
-flash-attn is importable. With --prefill-contexts, also chunk (prefill) attention: one chunk of
+flash-attn is importable. A context that is not a multiple of 128 gives every row an exact tail
+of context % 128 - 1 tokens (serving's rows have 0..127). With --breakdown, also each kernel's own
+device time (the profiler's, over eager calls) and what the graph replay spends beside them. With --prefill-contexts, also chunk (prefill) attention: one chunk of
 queries after a cached context (the stage kernel + FlashAttention over the staged pages), attention
 TFLOP/s, next to bf16 FlashAttention on a bf16 cache of the same shape.
 """
@@ -51,6 +53,28 @@ def _graph_time(fn) -> float:
     return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
 
 
+def kernel_breakdown(fn, calls: int = 20) -> dict[str, float]:
+    """Mean device ms per call of each kernel that fn launches (by kernel name), from the PyTorch
+    profiler over `calls` eager calls. Kernels run the same inside a CUDA graph; only the gaps between
+    them differ, which the graph replay's total minus these shows."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for ev in prof.key_averages():
+        dev_us = getattr(ev, "device_time_total", None)
+        if dev_us is None:  # older torch
+            dev_us = ev.cuda_time_total
+        if dev_us:
+            times[ev.key] = dev_us / 1e3 / calls
+    return times
+
+
 def _random_pages(num_blocks: int, hkv: int, d: int, gen, device="cuda") -> torch.Tensor:
     """A paged cache of random int4 codes with valid fp16 scales, mins and first keys (random
     bytes there would be NaN/inf)."""
@@ -71,8 +95,11 @@ def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
 
 
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
-               dtype=torch.bfloat16, output: list | None = None) -> dict:
-    """One (context, batch) point; `output`, when given, receives the attention output (fp32)."""
+               dtype=torch.bfloat16, output: list | None = None, breakdown: bool = False,
+               flash: bool = True) -> dict:
+    """One (context, batch) point; `output`, when given, receives the attention output (fp32);
+    `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
+    FlashAttention on the same shape, when vLLM's is importable."""
     from s4kv.kernels.decode import decode_attention
 
     bs = fmt.BLOCK_SIZE
@@ -94,8 +121,10 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     plan_launch(md, hkv, num_sms, uniform_decode=True)
-    ms = _graph_time(lambda: decode_attention(q, k, v, regions, md, batch, d ** -0.5, out,
-                                              md.decode_splits))
+    def run():
+        decode_attention(q, k, v, regions, md, batch, d ** -0.5, out, md.decode_splits)
+
+    ms = _graph_time(run)
     if output is not None:
         output.append(out.clone())
     tail = context - (context // bs) * bs
@@ -103,7 +132,9 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
         + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
                "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3)}
-    fa = _flash_ms(batch, 1, context, hq, hkv, d, dtype, graph=True)
+    if breakdown:
+        row["kernels_ms"] = kernel_breakdown(run)
+    fa = _flash_ms(batch, 1, context, hq, hkv, d, dtype, graph=True) if flash else None
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
         row["flash_attn_bf16_bytes"] = batch * context * hkv * 2 * d * 2
@@ -218,6 +249,8 @@ def main(argv=None) -> int:
                     help="also time the chunk (prefill) kernel: a chunk of --chunk queries after each of "
                          "these cached contexts, e.g. 0,8192,30720")
     ap.add_argument("--chunk", type=int, default=2048, help="queries per prefill chunk (default 2048)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also each decode kernel's own device time and the graph's time beside them")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     copy = copy_bandwidth()
@@ -225,13 +258,17 @@ def main(argv=None) -> int:
     print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
     print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11}")
     for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
-        r = bench_case(ctx, b)
+        r = bench_case(ctx, b, breakdown=args.breakdown)
         r["copy_bandwidth"] = copy
         r["fraction_of_copy"] = r["bandwidth"] / copy
         rows.append(r)
         fa = f"{r['flash_attn_bf16_ms'] * 1e3:11.1f}" if "flash_attn_bf16_ms" in r else f"{'n/a':>11}"
         print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
               f"{r['fraction_of_copy']:8.1%} {fa}", flush=True)
+        if args.breakdown:
+            parts = r["kernels_ms"]
+            print("         " + "; ".join(f"{name} {t * 1e3:.1f} us" for name, t in parts.items())
+                  + f"; beside them in the graph {(r['ms'] - sum(parts.values())) * 1e3:.1f} us", flush=True)
     if args.prefill_contexts:
         print(f"{'context':>8} {'chunk':>6} {'us':>9} {'stage us':>9} {'plan us':>8} {'TFLOP/s':>8} "
               f"{'FA bf16 us':>11} {'FA / ours':>9}")

@@ -26,6 +26,7 @@ from typing import ClassVar
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
@@ -41,9 +42,11 @@ CODE_BIAS = {torch.bfloat16: _CODE_BIAS["bf16"], torch.float16: _CODE_BIAS["fp16
 @triton.jit
 def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale,
                            GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
-                           INV_SQRT_D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+                           INV_SQRT_D: tl.constexpr, DOT_DTYPE: tl.constexpr, PDL: tl.constexpr):
     """qr[row, hq] = q[row, hq] @ R * scale in fp32: the decode queries as the pages meet them
     (model-dtype operands times the +-1 matrix: exact products, fp32 sums)."""
+    if PDL:  # the page kernel may be launched now; its page programs wait for qr (gdc_wait)
+        gdc_launch_dependents()
     row = tl.program_id(0)
     h = tl.program_id(1)
     q_start = tl.load(qsl_ptr + row)
@@ -187,7 +190,10 @@ def _decode_kernel(
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
+        gdc_launch_dependents()
     row = tl.program_id(0)
     # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; a
     # larger N makes Triton choose sm90's wgmma for them, which was slower and wrong here), so a
@@ -218,6 +224,8 @@ def _decode_kernel(
         page_lo = split * per_split
         # partials of query head hq and split s at (hq * (splits + 1) + s); this chunk's first head
         hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
+        if PDL:  # launched while the rotation may still run: its queries are complete after this
+            gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
                        qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
                        part_o_ptr + (hq0 * (splits + 1) + split) * (2 * HALF),
@@ -284,9 +292,11 @@ def _decode_kernel(
 @triton.jit(do_not_specialize=["splits"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, splits,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   STAGES: tl.constexpr):
+                   STAGES: tl.constexpr, PDL: tl.constexpr):
     """Merge the page splits (log-sum-exp, rotated basis), rotate their sum back, add the exact
     tail's partial (split `splits`, original basis) and normalize. out: any float dtype."""
+    if PDL:  # launched while the page kernel may still run: its partials are complete after this
+        gdc_wait()
     row = tl.program_id(0)
     h = tl.program_id(1)
     q_start = tl.load(qsl_ptr + row)
@@ -402,8 +412,9 @@ class DecodeWorkspace:
         return cls._buffers[key]
 
 
-# splits whose partials the reduction has in flight at once
-REDUCE_STAGES = 3
+# Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
+# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once.
+REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
@@ -417,6 +428,16 @@ PAGE_HEADS = 8
 # spills on sm80-sm90 (tools/kernel_static.py).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 32, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128}
+
+
+def programmatic_launch(device) -> bool:
+    """Launch the page kernel and the reduction with programmatic dependent launch (sm90+, CUDA
+    graphs keep it as programmatic edges): each may start while the kernel before it finishes and
+    waits in-kernel (griddepcontrol) where it reads that kernel's output. Off unless
+    launch_options("decode-grid", 0) says {"pdl": true} (tools/gpu/tune_kernels.py measures it)."""
+    if interpreted() or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
+        return False
+    return bool(launch_options("decode-grid", 0).get("pdl", False))
 
 
 def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
@@ -437,9 +458,10 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
     part_o, part_ml, qr = DecodeWorkspace.get(num_decodes, hq, splits, d, q.device)
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
+    pdl = programmatic_launch(q.device)
     _rotate_queries_kernel[(num_decodes, hkv)](
         q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
-        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype),
+        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
     )
     _decode_kernel[(num_decodes, hkv * head_chunks, splits + 1)](
         q, q.stride(0), q.stride(1), qr,
@@ -451,10 +473,13 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
         BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), **tail_constants(d, k.dtype),
+        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), **tail_constants(d, k.dtype), PDL=pdl,
         **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
+        **({"launch_pdl": True} if pdl else {}),
     )
     _reduce_kernel[(num_decodes, hkv)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits,
-        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, STAGES=REDUCE_STAGES,
+        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
+        **{**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)},
+        **({"launch_pdl": True} if pdl else {}),
     )

@@ -25,6 +25,9 @@ mkdir -p "$OUT"
 MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
+# the decode kernel bench's points: the README's three (no exact tail) and two whose rows carry a
+# 63-token exact tail, as serving's do (0..127 tokens)
+DECODE_POINTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
 DETACHED=/root/s4kv-detached   # the detached run's OUT, log and pid
 
 if [ "${1:-}" = "--detach" ]; then
@@ -94,8 +97,10 @@ for s in "$@"; do
       unset S4KV_KERNEL_CONFIG
       step tune python3 tools/gpu/tune_kernels.py decode --json "$OUT/tune.json" --config-out $CONFIG
       [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
-    kernels)  # decode kernel alone on the speed points; chunk attention after 0, 8k and 30k cached tokens
-      step kernels python3 -m s4kv.kernels.bench --prefill-contexts 0,8192,30720 --json "$OUT/kernels.json" ;;
+    kernels)  # decode kernel alone on the speed points (and two with exact tails), each kernel's own
+      # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens
+      step kernels python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --prefill-contexts 0,8192,30720 \
+        --json "$OUT/kernels.json" ;;
     tune-stage)  # chunk attention's stage-kernel launch sweep, each variant checked against the default's output
       step tune-stage python3 tools/gpu/tune_kernels.py stage --json "$OUT/tune-stage.json" ;;
     profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory
@@ -118,7 +123,7 @@ for s in "$@"; do
       base=$(cd "$BASELINE" && pwd)
       if [ "$s" = kernels-baseline ]; then
         step kernels-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' python3 -m s4kv.kernels.bench \
-          --json '$OUT/kernels-baseline.json'"
+          $DECODE_POINTS --json '$OUT/kernels-baseline.json'"
       else
         NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
         step profile-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' '$NCU' --clock-control none \

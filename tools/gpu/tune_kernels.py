@@ -7,9 +7,11 @@ rot:    rotate_halves alone (the in-kernel rotation) against torch for every til
         use, with the first-row extraction the store kernel does, under several num_warps.
 d64:    the head_dim-64 store and chunk-attention checks of debug_kernels.py under several
         num_warps for the store and stage kernels.
-decode: split-KV decode time over (warps, page pipeline depth, register cap, programs per SM)
-        on the benchmark shapes (Qwen2.5-7B: 28/4 heads, head_dim 128), each variant's output
-        checked against the default launch's, with registers/spills/shared memory per variant.
+decode: split-KV decode time over (warps, page pipeline depth, register cap, programs per SM),
+        then the exact tail's tiles, then the split reduction's launch, on the benchmark shapes
+        (Qwen2.5-7B: 28/4 heads, head_dim 128; two of them with exact tails), each variant's
+        output checked against the default launch's, with registers/spills/shared memory per
+        variant and each kernel's own time at the default launch.
 stage:  chunk attention's stage kernel over (warps, pipeline stages) for a 2048-query chunk after
         0, 8k and 30k cached tokens, each variant checked against the default launch's output,
         next to bf16 FlashAttention.
@@ -143,75 +145,127 @@ def kernel_facts(fn) -> list[str]:
     return out
 
 
+# The sweep's points: the README's three (contexts multiples of 128: no exact tail) and two whose
+# rows carry a 63-token exact tail, as serving's rows do (0..127 tokens, one short program per
+# (row, kv head) launched after the page programs)
+DECODE_SHAPES = ((1024, 64), (8192, 32), (32768, 8), (8192 + 64, 32), (32768 - 64, 8))
+# the decode kernel's knobs (s4kv.kernels.decode.DECODE_DEFAULTS): warps per program, tokens per page
+# step, page pipeline depth (5: double-buffered pages, 3: one buffer), register cap (None: the
+# compiler's choice), then page programs per SM for the split count. The page loop is latency-bound
+# at four 4-warp programs per SM (docs/results/gpu-h200-2026-12-02-decode/): 96 registers fit a fifth
+# on sm90 without spills, 80 a sixth with 24 bytes spilled (tools/kernel_static.py). Two warps per
+# program measured 25% slower, eight slower still (docs/results/gpu-h200-2026-12-02-decode-fused/).
+# Each with the programs per SM to plan splits for: what fits (spills: 80 registers 24-96 bytes,
+# 64 registers 160) and one more.
+KERNEL_VARIANTS = (((4, 128, 5, 128), (4,)), ((4, 128, 5, 96), (4, 5)), ((4, 128, 3, 96), (5,)),
+                   ((4, 128, 5, 80), (5, 6)), ((4, 128, 3, 80), (6,)), ((4, 128, 3, 64), (8,)))
+# then the exact tail's tiles (tokens per tile, pipeline depth), then the split reduction's
+TAIL_VARIANTS = ((32, 1), (32, 2), (64, 1), (64, 2), (16, 2))
+REDUCE_VARIANTS = ((3, 4), (2, 4), (6, 4), (3, 2), (6, 2), (3, 8))
+
+
+def _geomean(times):
+    return math.prod(times) ** (1 / len(times))
+
+
 def sweep_decode(results, config_out=None):
-    """Sweep decode launch options; each variant's output must match the default launch's within
-    the engine's self-check tolerance (a miscompile is reported, not ranked); the best overall (geometric mean of time over the shapes)
-    is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
+    """Sweep decode launch options in three rounds, each keeping the best of the round before
+    (geometric mean of time over DECODE_SHAPES): page-kernel options x programs per SM, then the
+    exact tail's tiles, then the split reduction's. Each variant's output must match the default
+    launch's within the engine's self-check tolerance (a miscompile is reported, not ranked); the
+    best is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
     from s4kv.backend.selfcheck import TOLERANCE
     from s4kv.kernels.bench import bench_case, copy_bandwidth
 
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
-    shapes = ((1024, 64), (8192, 32), (32768, 8))
     expected = {}
-    for ctx, b in shapes:
+    for ctx, b in DECODE_SHAPES:
         got = []
-        r = bench_case(ctx, b, output=got)
+        r = bench_case(ctx, b, output=got, breakdown=True, flash=False)
         expected[(ctx, b)] = got[0]
+        parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
         print(f"default launch {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us "
-              f"{r['bandwidth'] / copy:6.1%}", flush=True)
-    variants = {}
-    # the decode kernel's knobs (s4kv.kernels.decode.DECODE_DEFAULTS): warps per program, tokens per
-    # page step, page pipeline depth (5: double-buffered pages, 3: one buffer), register cap (None:
-    # the compiler's choice); then page programs per SM for the split count. Fewer warps per page
-    # means fewer cross-warp reductions and layout exchanges per page (tools/kernel_static.py, sm90:
-    # a fifth fewer instructions per page and program at 2 warps than at 4) but fewer warps to hide
-    # latency (2 warps measured slower on the H200, docs/results/gpu-h200-2026-12-02-decode-fused/).
-    base = dict(dec.DECODE_DEFAULTS)
-    kernel_variants = [(4, 128, 5, 128), (4, 128, 3, 128), (4, 128, 5, None), (8, 128, 5, None),
-                       (2, 128, 5, None), (2, 128, 3, None), (2, 64, 5, None), (1, 64, 5, None)]
-    for (nw, sub, stages, nreg), pps in itertools.product(kernel_variants, (4, 6, 8, 12)):
-        opts = {**base, "num_warps": nw, "SUB": sub, "PAGE_STAGES": stages, "maxnreg": nreg}  # None: no cap
-        key = (nw, sub, stages, nreg, pps)
-        kernels.LAUNCH[("decode", 128)] = opts
-        kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64}
+              f"{r['bandwidth'] / copy:6.1%}  ({parts} us)", flush=True)
+
+    def measure(label, decode_opts, pps, reduce_opts, pdl=False):
+        """Geometric-mean ms of one launch configuration over the shapes, None if it fails or differs."""
+        kernels.LAUNCH[("decode", 128)] = decode_opts
+        kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64, "pdl": pdl}
+        kernels.LAUNCH[("decode-reduce", 128)] = reduce_opts
         times = []
-        for ctx, b in shapes:
+        for ctx, b in DECODE_SHAPES:
             try:
                 got = []
-                r = bench_case(ctx, b, output=got)
+                r = bench_case(ctx, b, output=got, flash=False)
                 want = expected[(ctx, b)]
                 err = ((got[0] - want).norm() / want.norm()).item()
             except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
-                print(f"{key} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
-                break
+                print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
+                return None
             # another split count rounds differently (bf16 probabilities, ~0.2-0.35% at 6-12 programs
             # per SM, 2026-12-02): the engine's own self-check bound tells that from a miscompile
             if not err < TOLERANCE[torch.bfloat16]:
-                print(f"{key} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
-                break
+                print(f"{label} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
+                return None
             frac = r["bandwidth"] / copy
-            r.update(probe="decode", options=opts, programs_per_sm=pps, fraction_of_copy=frac, rel_err_vs_default=err)
+            r.update(probe="decode", options=decode_opts, programs_per_sm=pps, reduce_options=reduce_opts,
+                     fraction_of_copy=frac, rel_err_vs_default=err)
             results.append(r)
             times.append(r["ms"])
-            print(f"warps={nw} SUB={sub:3d} stages={stages} maxnreg={nreg} pps={pps:2d} {ctx:6d}x{b:<3d} "
-                  f"splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
-        else:
-            variants[key] = (math.prod(times) ** (1 / len(times)), opts)
-        if pps == 4:
-            print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
-    ranked = sorted(variants.items(), key=lambda kv: kv[1][0])
-    for (nw, sub, stages, nreg, pps), (gm, _) in ranked[:8]:
-        print(f"  geomean {gm * 1e3:6.1f} us: warps={nw} SUB={sub} stages={stages} maxnreg={nreg} pps={pps}", flush=True)
-    (*_, pps), (gm, best) = ranked[0]
-    print(f"best: {best} programs/SM={pps} (geomean {gm * 1e3:.1f} us)", flush=True)
+            print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
+        return _geomean(times)
+
+    def best_of(name, ranked):
+        for (label, gm, *_rest) in sorted(ranked, key=lambda x: x[1])[:6]:
+            print(f"  {name}: geomean {gm * 1e3:6.1f} us  {label}", flush=True)
+        return min(ranked, key=lambda x: x[1])
+
+    base = dict(dec.DECODE_DEFAULTS)
+    reduce_base = dict(dec.REDUCE_DEFAULTS)
+    ranked = []
+    for (nw, sub, stages, nreg), pps_list in KERNEL_VARIANTS:
+        opts = {**base, "num_warps": nw, "SUB": sub, "PAGE_STAGES": stages, "maxnreg": nreg}  # None: no cap
+        for pps in pps_list:
+            label = f"warps={nw} SUB={sub} stages={stages} maxnreg={nreg} pps={pps}"
+            gm = measure(label, opts, pps, reduce_base)
+            if gm is not None:
+                ranked.append((label, gm, opts, pps))
+        print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
+    _, _, best, pps = best_of("page kernel", ranked)
+    ranked = []
+    for tail_sub, tail_stages in TAIL_VARIANTS:
+        opts = {**best, "TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages}
+        label = f"TAIL_SUB={tail_sub} TAIL_STAGES={tail_stages}"
+        gm = measure(label, opts, pps, reduce_base)
+        if gm is not None:
+            ranked.append((label, gm, opts))
+        print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
+    _, _, best = best_of("exact tail", ranked)
+    ranked = []
+    for stages, nw in REDUCE_VARIANTS:
+        ropts = {"STAGES": stages, "num_warps": nw}
+        label = f"reduce STAGES={stages} num_warps={nw}"
+        gm = measure(label, best, pps, ropts)
+        if gm is not None:
+            ranked.append((label, gm, ropts))
+    _, gm, best_reduce = best_of("reduction", ranked)
+    # programmatic dependent launch (sm90+: s4kv.kernels.decode.programmatic_launch)
+    pdl = False
+    if torch.cuda.get_device_capability()[0] >= 9:
+        gm_pdl = measure("pdl=True", best, pps, best_reduce, pdl=True)
+        with_pdl = "failed" if gm_pdl is None else f"{gm_pdl * 1e3:.1f} us"
+        print(f"  programmatic dependent launch: geomean {with_pdl}, without {gm * 1e3:.1f} us", flush=True)
+        if gm_pdl is not None and gm_pdl < gm:
+            pdl, gm = True, gm_pdl
+    print(f"best: {best} programs/SM={pps} reduce {best_reduce} pdl={pdl} (geomean {gm * 1e3:.1f} us)", flush=True)
     kernels.LAUNCH.clear()
     if config_out:
         with open(config_out, "w") as f:
-            json.dump([{"kernel": "decode", "head_size": d,
-                        "options": best} for d in (64, 128)]
-                      + [{"kernel": "decode-grid", "head_size": 0, "options": {"programs_per_sm": pps, "max_splits": 64}},
-                         ], f, indent=1)
+            json.dump([{"kernel": "decode", "head_size": d, "options": best} for d in (64, 128)]
+                      + [{"kernel": "decode-reduce", "head_size": d, "options": best_reduce} for d in (64, 128)]
+                      + [{"kernel": "decode-grid", "head_size": 0, "options": {"programs_per_sm": pps, "max_splits": 64, "pdl": pdl}}],
+                      f, indent=1)
         print(f"wrote {config_out}", flush=True)
 
 
