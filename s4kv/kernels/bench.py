@@ -94,6 +94,29 @@ def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
     fmt.write_tail(regions, tail_pages, pos, x, x)
 
 
+def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128, dtype=torch.bfloat16):
+    """(q, k, v, regions, md) of `batch` decode rows at position context - 1: random int4 pages in a
+    shuffled block table, finite exact tails, launch shapes planned as for a captured decode batch."""
+    bs = fmt.BLOCK_SIZE
+    n_pages = context // bs
+    held = fmt.blocks_held(context, d, dtype.itemsize)
+    num_blocks = batch * held
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    regions = _random_pages(num_blocks, hkv, d, gen)  # tails: random bytes, as finite 16-bit values below
+    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
+    k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
+    v = torch.randn_like(k)
+    perm = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
+    bt = perm[: batch * held].view(batch, held).contiguous()
+    _fill_tails(regions, bt, n_pages, d, dtype, gen)
+    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan_launch(md, hkv, num_sms, uniform_decode=True)
+    return q, k, v, regions, md
+
+
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
                dtype=torch.bfloat16, output: list | None = None, breakdown: bool = False,
                flash: bool = True) -> dict:
@@ -104,23 +127,9 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
 
     bs = fmt.BLOCK_SIZE
     lay = fmt.PageLayout(d)
-    n_pages = context // bs
-    held = fmt.blocks_held(context, d, dtype.itemsize)
-    num_blocks = batch * held
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    regions = _random_pages(num_blocks, hkv, d, gen)  # tails: random bytes, as finite 16-bit values below
-    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
-    k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
-    v = torch.randn_like(k)
+    q, k, v, regions, md = decode_inputs(context, batch, hq, hkv, d, dtype)
     out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
-    perm = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
-    bt = perm[: batch * held].view(batch, held).contiguous()
-    _fill_tails(regions, bt, n_pages, d, dtype, gen)
-    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-    md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan_launch(md, hkv, num_sms, uniform_decode=True)
+
     def run():
         decode_attention(q, k, v, regions, md, batch, d ** -0.5, out, md.decode_splits)
 

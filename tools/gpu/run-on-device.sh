@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve)
@@ -89,6 +89,8 @@ for s in "$@"; do
         tests/test_code_unpack.py tests/test_format.py tests/test_reference.py ;;
     smoke)
       CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0} step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
+    diag-tail)  # decode with exact tails on the kernel bench's inputs: repeated runs and the PyTorch path
+      step diag-tail python3 tools/gpu/diag_tail.py ;;
     debug)
       step debug python3 tools/gpu/debug_kernels.py 64 128
       step sanitizer timeout 300 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -x \
