@@ -160,8 +160,8 @@ DECODE_SHAPES = ((1024, 64), (8192, 32), (32768, 8), (8192 + 64, 32), (32768 - 6
 KERNEL_VARIANTS = (((4, 128, 5, 128), (4,)), ((4, 128, 5, 96), (4, 5)), ((4, 128, 3, 96), (5,)),
                    ((4, 128, 5, 80), (5, 6)), ((4, 128, 3, 80), (6,)), ((4, 128, 3, 64), (8,)))
 # then the exact tail's tiles (tokens per tile, pipeline depth), then the split reduction's
-TAIL_VARIANTS = ((32, 1), (32, 2), (64, 1), (64, 2), (16, 2))
-REDUCE_VARIANTS = ((3, 4), (2, 4), (6, 4), (3, 2), (6, 2), (3, 8))
+TAIL_VARIANTS = ((32, 1), (32, 2), (64, 2))
+REDUCE_VARIANTS = ((3, 4), (6, 4), (3, 2), (6, 2))
 
 
 def _geomean(times):
