@@ -320,6 +320,30 @@ def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
     assert torch.equal(vp[2].cpu(), exact_v)
 
 
+def test_decode_bench_inputs_repeat_exactly_and_the_kernel_reads_them_as_the_reference_does():
+    """s4kv.kernels.bench and tools/gpu/tune_kernels.py build decode inputs again for every variant
+    and compare outputs: the inputs must be the same each time (the new token's value once came
+    from torch's global generator, so points with an exact tail differed by 9-18% from call to call
+    on the H200), and the kernels must read them as the PyTorch backend does."""
+    from s4kv.backend import torch_ops
+    from s4kv.kernels.bench import decode_inputs
+    from s4kv.kernels.decode import decode_attention
+
+    d = 64
+    a = decode_inputs(2 * BS + 37, 3, 7, 1, d, torch.bfloat16, device=DEVICE)
+    torch.manual_seed(1234)  # moves torch's global generator: nothing may depend on it
+    b = decode_inputs(2 * BS + 37, 3, 7, 1, d, torch.bfloat16, device=DEVICE)
+    for x, y in zip(a[:4], b[:4]):
+        assert torch.equal(x, y)
+    q, k, v, regions, md = a
+    out = torch.zeros(3, 7, d, dtype=torch.float32, device=DEVICE)
+    decode_attention(q, k, v, regions, md, 3, d ** -0.5, out, md.decode_splits)
+    ref = torch.zeros_like(out)
+    torch_ops._decode_rows(torch.arange(3), q, k, v, regions, md, d ** -0.5, ref, store=False)
+    err = ((out - ref).norm() / ref.norm()).item()
+    assert err < TOL[torch.bfloat16], err
+
+
 def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
     """s4kv.kernels.bench times chunk attention on synthetic inputs (random pages, shuffled block
     table): they must be a state the kernels read like the PyTorch backend does, or the timing

@@ -25,6 +25,7 @@ import sys
 import torch
 
 from s4kv import format as fmt
+from s4kv.kernels import num_sms
 from s4kv.kernels.batch import S4KVMetadata, plan_launch
 
 
@@ -94,26 +95,28 @@ def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
     fmt.write_tail(regions, tail_pages, pos, x, x)
 
 
-def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128, dtype=torch.bfloat16):
+def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128, dtype=torch.bfloat16,
+                  device="cuda"):
     """(q, k, v, regions, md) of `batch` decode rows at position context - 1: random int4 pages in a
-    shuffled block table, finite exact tails, launch shapes planned as for a captured decode batch."""
+    shuffled block table, finite exact tails, launch shapes planned as for a captured decode batch;
+    the same tensors on every call (one seeded generator draws all of them)."""
     bs = fmt.BLOCK_SIZE
     n_pages = context // bs
     held = fmt.blocks_held(context, d, dtype.itemsize)
     num_blocks = batch * held
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    regions = _random_pages(num_blocks, hkv, d, gen)  # tails: random bytes, as finite 16-bit values below
-    q = torch.randn(batch, hq, d, dtype=dtype, device="cuda", generator=gen)
-    k = torch.randn(batch, hkv, d, dtype=dtype, device="cuda", generator=gen)
-    v = torch.randn_like(k)
-    perm = torch.randperm(num_blocks, device="cuda", generator=gen).to(torch.int32)
+    gen = torch.Generator(device=device).manual_seed(0)
+    regions = _random_pages(num_blocks, hkv, d, gen, device)  # tails: random bytes, as finite 16-bit values below
+    q = torch.randn(batch, hq, d, dtype=dtype, device=device, generator=gen)
+    k = torch.randn(batch, hkv, d, dtype=dtype, device=device, generator=gen)
+    # from the seeded generator too: the new token's value is read at every point with an exact tail
+    v = torch.randn(k.shape, dtype=dtype, device=device, generator=gen)
+    perm = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
     bt = perm[: batch * held].view(batch, held).contiguous()
     _fill_tails(regions, bt, n_pages, d, dtype, gen)
-    seq = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    seq = torch.full((batch,), context, dtype=torch.int32, device=device)
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
     md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan_launch(md, hkv, num_sms, uniform_decode=True)
+    plan_launch(md, hkv, num_sms(torch.device(device)), uniform_decode=True)
     return q, k, v, regions, md
 
 

@@ -171,9 +171,10 @@ def _geomean(times):
 def sweep_decode(results, config_out=None):
     """Sweep decode launch options in three rounds, each keeping the best of the round before
     (geometric mean of time over DECODE_SHAPES): page-kernel options x programs per SM, then the
-    exact tail's tiles, then the split reduction's. Each variant's output must match the
-    PyTorch path's (s4kv.backend.torch_ops on the same pages) within the engine's self-check
-    tolerance (a miscompile is reported, not ranked); the
+    exact tail's tiles, then the split reduction's. Each variant's output must match the default
+    launch's within the engine's self-check tolerance (a miscompile is reported, not ranked), and
+    the default launch's is checked against the PyTorch path (s4kv.backend.torch_ops) where the
+    points have exact tails; the
     best is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
     from s4kv.backend import torch_ops
     from s4kv.backend.selfcheck import TOLERANCE
@@ -183,18 +184,21 @@ def sweep_decode(results, config_out=None):
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
     expected = {}
     for ctx, b in DECODE_SHAPES:
-        # the PyTorch path (the CPU backend, fp64 attention) on the inputs bench_case builds
-        q, k, v, regions, md = decode_inputs(ctx, b)
-        ref = torch.zeros(b, q.shape[1], q.shape[2], dtype=torch.float32, device="cuda")
-        torch_ops._decode_rows(torch.arange(b), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
-        expected[(ctx, b)] = ref
-        del q, k, v, regions, md
         got = []
         r = bench_case(ctx, b, output=got, breakdown=True, flash=False)
-        err = ((got[0] - ref).norm() / ref.norm()).item()
+        expected[(ctx, b)] = got[0]
+        check = ""
+        if ctx % fmt.BLOCK_SIZE:  # with an exact tail: the PyTorch path (fp64) on the same inputs
+            # (at a multiple of 128 the bench's last page stands for a block the store just wrote,
+            # which the PyTorch path, not storing, reads as a tail of random bytes)
+            q, k, v, regions, md = decode_inputs(ctx, b)
+            ref = torch.zeros(b, q.shape[1], q.shape[2], dtype=torch.float32, device="cuda")
+            torch_ops._decode_rows(torch.arange(b), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
+            check = f", rel. L2 vs the PyTorch path {((got[0] - ref).norm() / ref.norm()).item():.2e}"
+            del q, k, v, regions, md, ref
         parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
         print(f"default launch {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us "
-              f"{r['bandwidth'] / copy:6.1%}  ({parts} us), rel. L2 vs the PyTorch path {err:.2e}", flush=True)
+              f"{r['bandwidth'] / copy:6.1%}  ({parts} us){check}", flush=True)
 
     def measure(label, decode_opts, pps, reduce_opts, pdl=False):
         """Geometric-mean ms of one launch configuration over the shapes, None if it fails or differs."""
@@ -211,13 +215,14 @@ def sweep_decode(results, config_out=None):
             except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
                 print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
                 return None
-            # the engine's own self-check bound (bf16 probabilities round: ~0.2-0.5% against fp64)
+            # another split count rounds differently (bf16 probabilities, ~0.2-0.35% at 6-12 programs
+            # per SM, 2026-12-02): the engine's own self-check bound tells that from a miscompile
             if not err < TOLERANCE[torch.bfloat16]:
-                print(f"{label} {ctx}x{b}: output differs from the PyTorch path's (rel. L2 {err:.3g})", flush=True)
+                print(f"{label} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
                 return None
             frac = r["bandwidth"] / copy
             r.update(probe="decode", options=decode_opts, programs_per_sm=pps, reduce_options=reduce_opts,
-                     fraction_of_copy=frac, rel_err_vs_torch_ops=err)
+                     fraction_of_copy=frac, rel_err_vs_default=err)
             results.append(r)
             times.append(r["ms"])
             print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
