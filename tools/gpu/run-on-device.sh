@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-stage smoke kernels profile diag-tail
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels profile diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve)
@@ -103,6 +103,8 @@ for s in "$@"; do
       # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens
       step kernels python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --prefill-contexts 0,8192,30720 \
         --json "$OUT/kernels.json" ;;
+    pdl)  # programmatic dependent launch against stream order on the decode points (a minute)
+      step pdl python3 tools/gpu/tune_kernels.py pdl --json "$OUT/pdl.json" ;;
     tune-stage)  # chunk attention's stage-kernel launch sweep, each variant checked against the default's output
       step tune-stage python3 tools/gpu/tune_kernels.py stage --json "$OUT/tune-stage.json" ;;
     profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Diagnosis and tuning of the Triton kernels on a CUDA GPU (a device aid, not a test).
 
-    python3 tools/gpu/tune_kernels.py rot d64 decode stage [--json OUT]
+    python3 tools/gpu/tune_kernels.py rot d64 decode pdl stage [--json OUT]
 
 rot:    rotate_halves alone (the in-kernel rotation) against torch for every tile shape the kernels
         use, with the first-row extraction the store kernel does, under several num_warps.
@@ -12,6 +12,8 @@ decode: split-KV decode time over (warps, page pipeline depth, register cap, pro
         (Qwen2.5-7B: 28/4 heads, head_dim 128; two of them with exact tails), each variant's
         output checked against the default launch's, with registers/spills/shared memory per
         variant and each kernel's own time at the default launch.
+pdl:    programmatic dependent launch against stream order (sm90+), default options otherwise,
+        on the decode sweep's shapes: both times and how far the outputs are apart.
 stage:  chunk attention's stage kernel over (warps, pipeline stages) for a 2048-query chunk after
         0, 8k and 30k cached tokens, each variant checked against the default launch's output,
         next to bf16 FlashAttention.
@@ -281,6 +283,33 @@ def sweep_decode(results, config_out=None):
         print(f"wrote {config_out}", flush=True)
 
 
+def probe_pdl(results):
+    """Programmatic dependent launch against stream order, default launch options otherwise, on
+    DECODE_SHAPES (the quick first measurement of a lease): time of each, and the output with it
+    against the output without (same inputs)."""
+    from s4kv.backend.selfcheck import TOLERANCE
+    from s4kv.kernels.bench import bench_case, copy_bandwidth
+
+    copy = copy_bandwidth()
+    print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
+    for ctx, b in DECODE_SHAPES:
+        rows = {}
+        for pdl in (False, True):
+            kernels.LAUNCH[("decode-grid", 0)] = {"pdl": pdl}
+            got = []
+            rows[pdl] = (bench_case(ctx, b, output=got, flash=False), got[0])
+        kernels.LAUNCH.pop(("decode-grid", 0), None)
+        (off, o_off), (on, o_on) = rows[False], rows[True]
+        err = ((o_on - o_off).norm() / o_off.norm()).item()
+        for pdl, (r, _) in rows.items():
+            r.update(probe="pdl", pdl=pdl, fraction_of_copy=r["bandwidth"] / copy, rel_err_vs_stream_order=err)
+            results.append(r)
+        print(f"{ctx:6d}x{b:<3d} splits {off['splits']:3d}: stream order {off['ms'] * 1e3:6.1f} us "
+              f"({off['bandwidth'] / copy:5.1%}), programmatic launch {on['ms'] * 1e3:6.1f} us "
+              f"({on['bandwidth'] / copy:5.1%}), {off['ms'] / on['ms']:.3f}x; outputs rel. L2 {err:.1e}"
+              f"{'' if err < TOLERANCE[torch.bfloat16] else '   <-- DIFFER'}", flush=True)
+
+
 def sweep_stage(results):
     """Stage-kernel launch options (warps, pipeline stages) of chunk attention on chunks after 0, 8k
     and 30k cached tokens, head_dim 128. Each variant's output must equal the default launch's (the
@@ -333,7 +362,7 @@ def sweep_stage(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode", "stage"])
+    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode", "pdl", "stage"])
     ap.add_argument("--json")
     ap.add_argument("--config-out", help="decode: write the best launch options here (S4KV_KERNEL_CONFIG)")
     ap.add_argument("--store", default="", help="d64: store launch options, e.g. num_warps=8")
@@ -350,6 +379,8 @@ def main():
         else:
             if p == "decode":
                 sweep_decode(results, args.config_out)
+            elif p == "pdl":
+                probe_pdl(results)
             elif p == "stage":
                 sweep_stage(results)
             else:
