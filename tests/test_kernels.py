@@ -138,40 +138,24 @@ def _check_split_counts(e, tol):
 
 
 @pytest.mark.parametrize("d,sub", [(64, 32), (128, 64)])
-def test_decode_sub_tiles(d, sub):
+def test_decode_sub_tiles(d, sub, monkeypatch):
     """The decode kernel's SUB option (page walked in SUB-token tiles, a tuning knob) changes nothing."""
     from s4kv import kernels
 
     e = _engine(8, 2, d, torch.float16, num_blocks=16)
     e.add("a", 3 * BS + 4)
     e.step([("a", 3 * BS + 1)])
-    saved = dict(kernels.LAUNCH)
-    kernels.LAUNCH[("decode", d)] = {"SUB": sub}
-    try:
-        for _ in range(3):
-            check(e, e.step([("a", 1)]), TOL[torch.float16])
-    finally:
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(saved)
+    monkeypatch.setitem(kernels.LAUNCH, ("decode", d), {"SUB": sub})
+    for _ in range(3):
+        check(e, e.step([("a", 1)]), TOL[torch.float16])
 
 
-class _launch:
-    """kernels.LAUNCH entries for the duration of a with block."""
+def _set_launch(monkeypatch, entries):
+    """kernels.LAUNCH entries until the test ends (monkeypatch restores the table)."""
+    from s4kv import kernels
 
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __enter__(self):
-        from s4kv import kernels
-
-        self.saved = dict(kernels.LAUNCH)
-        kernels.LAUNCH.update(self.entries)
-
-    def __exit__(self, *exc):
-        from s4kv import kernels
-
-        kernels.LAUNCH.clear()
-        kernels.LAUNCH.update(self.saved)
+    for key, options in entries.items():
+        monkeypatch.setitem(kernels.LAUNCH, key, options)
 
 
 _HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
@@ -192,13 +176,13 @@ LAUNCH_VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", LAUNCH_VARIANTS)
-def test_decode_launch_variants_against_reference(variant):
+def test_decode_launch_variants_against_reference(variant, monkeypatch):
     """Every launch option the tuner may choose gives the reference's attention: a 7-head group
     over pages and an exact tail, 1, 3 and 8 splits, bf16 and head_dim 128 (the serving shape)."""
     if variant == "programmatic-launch" and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
-    with _launch(LAUNCH_VARIANTS[variant]):
-        _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
+    _set_launch(monkeypatch, LAUNCH_VARIANTS[variant])
+    _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -365,14 +349,14 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("pdl", [False, True], ids=["stream-order", "programmatic-launch"])
-def test_decode_step_replays_in_a_cuda_graph(pdl):
+def test_decode_step_replays_in_a_cuda_graph(pdl, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
     programmatic dependent launch, which a graph keeps as programmatic edges)."""
     if pdl and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
-    with _launch({("decode-grid", 0): {"pdl": pdl}}):
-        _replay_decode_steps_in_a_graph()
+    _set_launch(monkeypatch, {("decode-grid", 0): {"pdl": pdl}})
+    _replay_decode_steps_in_a_graph()
 
 
 def _replay_decode_steps_in_a_graph():

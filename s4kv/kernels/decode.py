@@ -435,9 +435,9 @@ def programmatic_launch(device) -> bool:
     graphs keep it as programmatic edges): each may start while the kernel before it finishes and
     waits in-kernel (griddepcontrol) where it reads that kernel's output. Off unless
     launch_options("decode-grid", 0) says {"pdl": true} (tools/gpu/tune_kernels.py measures it)."""
-    if interpreted() or device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
+    if not launch_options("decode-grid", 0).get("pdl", False):  # the default: no device query per call
         return False
-    return bool(launch_options("decode-grid", 0).get("pdl", False))
+    return not interpreted() and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
