@@ -10,6 +10,7 @@
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
     nox -s demo                     SmolLM2 served with int4_kivi here: an answer, KV capacity vs bf16
     nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
+    nox -s ncu-stalls               the decode page loop's stall samples (GPU profile export) by source line
     nox -s image-constraints        deploy/image/constraints/vllm-<v>.txt: the image's hashed dependencies
 
 Environments are plain venvs filled by pip (no uv).
@@ -191,6 +192,14 @@ def kernels_static(session: nox.Session) -> None:
     for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
     session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
     session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
+
+
+@nox.session(name="ncu-stalls")
+def ncu_stalls(session: nox.Session) -> None:
+    """`-- EXPORT.csv.gz [--source CHECKOUT] [--options JSON]`: tools/ncu_stalls.py, the decode page loop's
+    warp-stall samples from the GPU machine (run-on-device.sh profile-source) by Triton source line."""
+    session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
+    session.run("python", "tools/ncu_stalls.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
 
 
 # `s4kv bench` needs these next to torch and the patched vLLM (quality also converts SmolLM2's GGUF).

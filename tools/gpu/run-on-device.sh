@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels profile diag-tail
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels profile profile-source diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve)
@@ -118,6 +118,15 @@ for s in "$@"; do
       else
         echo "=== profile: no ncu on this machine" | tee "$OUT/profile.log"; status=1
       fi ;;
+    profile-source)  # per-instruction warp-stall samples of the decode kernel at 8k x 32 (Nsight Compute's
+      # source counters), exported as CSV for tools/ncu_stalls.py, which maps them to Triton source
+      # lines on the CPU machine; the details page (scheduler and warp-state sections) beside it
+      NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+      step profile-source "$NCU" --clock-control none --graph-profiling node --kernel-name regex:_decode_kernel \
+        --launch-skip 3 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+        --section SourceCounters -f -o /tmp/profile-source python3 -m s4kv.kernels.bench --contexts 8192 --batches 32 \
+        && "$NCU" -i /tmp/profile-source.ncu-rep --page source --csv --print-source sass | gzip >"$OUT/profile-source.csv.gz" \
+        && "$NCU" -i /tmp/profile-source.ncu-rep --page details >>"$OUT/profile-source.log" ;;
     kernels-baseline|profile-baseline)  # the decode kernel bench (or its profile) with another s4kv
       # tree (BASELINE=DIR holding s4kv/, e.g. `git archive COMMIT s4kv`): a kernel change measured
       # against the one it replaces in the same lease; run from inside it (python -m puts it first)
