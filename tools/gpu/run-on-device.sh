@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels profile profile-source diag-tail
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels variants profile profile-source diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve)
@@ -127,6 +127,20 @@ for s in "$@"; do
         --section SourceCounters -f -o /tmp/profile-source python3 -m s4kv.kernels.bench --contexts 8192 --batches 32 \
         && "$NCU" -i /tmp/profile-source.ncu-rep --page source --csv --print-source sass | gzip >"$OUT/profile-source.csv.gz" \
         && "$NCU" -i /tmp/profile-source.ncu-rep --page details >>"$OUT/profile-source.log" ;;
+    variants)  # decode kernel variants timed one after the other in one call, each kernel's own time:
+      # VARIANTS="name=DIR[:CONFIG] ..." (DIR holding s4kv/, e.g. `git archive COMMIT s4kv` or a copy of
+      # the tree with one change; CONFIG: an S4KV_KERNEL_CONFIG file of launch options; `.` is this tree),
+      # run twice in that order so that the spread between repeats is visible next to the differences
+      # (a CONFIG replaces the tuned launch options of an earlier `tune` step; without one the defaults run)
+      for pass in 1 2; do
+        for v in ${VARIANTS:-cur=.}; do
+          name=${v%%=*}; spec=${v#*=}; dir=${spec%%:*}; cfg=""; [ "$spec" != "$dir" ] && cfg=$(cd "$(dirname "${spec#*:}")" && pwd)/$(basename "${spec#*:}")
+          d=$(cd "$dir" && pwd)
+          step "variant-$name-$pass" bash -c "cd '$d' && PYTHONPATH='$d:$PYTHONPATH' S4KV_KERNEL_CONFIG='$cfg' \
+            python3 -m s4kv.kernels.bench --contexts 1024,8192,32768,8256 --batches 64,32,8,32 --breakdown \
+            --json '$OUT/variant-$name-$pass.json'"
+        done
+      done ;;
     kernels-baseline|profile-baseline)  # the decode kernel bench (or its profile) with another s4kv
       # tree (BASELINE=DIR holding s4kv/, e.g. `git archive COMMIT s4kv`): a kernel change measured
       # against the one it replaces in the same lease; run from inside it (python -m puts it first)
