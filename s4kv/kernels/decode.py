@@ -73,11 +73,12 @@ def _add2(a0, a1, b0, b1):
 @triton.jit
 def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
     """A page's loads of fewer than 4 bytes per thread, which Triton's async-copy pipeline does
-    not take (its copies are 4 to 16 bytes), so that they would wait for memory inside the loop
-    (Nsight Compute, 8k x 32: a sixth of the page loop's stall samples): the value scales [BS],
-    token 0's value scale and token 0's key code row [HALF] (its 8-bit value's high nibbles). The
-    page loop issues them one page ahead. (Read as 4-byte words they are pipelined, but unpacking
-    the words cost more than the wait: measured 5% slower.)"""
+    not take (its copies are 4 to 16 bytes), so that they would wait for memory inside the loop:
+    the value scales [BS], token 0's value scale and token 0's key code row [HALF] (its 8-bit
+    value's high nibbles). The page loop issues them one page ahead. (Nsight Compute, H200, 8k x 32:
+    the two scale loads held 14% of the loop's stall samples when they were issued in the page's
+    own iteration. Read as 4-byte words they are pipelined, but unpacking the words cost more than
+    the wait: 4% slower. docs/results/gpu-h200-2026-12-02-decode-loads/)"""
     vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
     return tl.load(vs_ptr + tb), tl.load(vs_ptr), tl.load(region + c)
 
