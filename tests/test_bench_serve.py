@@ -39,6 +39,9 @@ def run(tmp_path_factory):
             "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN), "--rates", ",".join(map(str, RATES)),
             "--num-prompts", str(NUM_PROMPTS), "--num-warmups", "1", "--slo-ttft-ms", str(SLO["ttft"]),
             "--slo-tpot-ms", str(SLO["tpot"]), "--startup-timeout", "600", "--point-timeout", "300",
+            # a request here is in flight for a few hundred ms: samples every 50 ms see each one (at the
+            # default 0.5 s, one of four points once saw none of its six requests running)
+            "--metrics-interval", "0.05",
             "--out", str(out)]
     t = time.monotonic()
     proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=1500)

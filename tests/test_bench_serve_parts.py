@@ -253,13 +253,14 @@ def test_run_points_when_the_client_fails(tmp_path, monkeypatch, behaviour):
     monkeypatch.setattr(online, "client_command",
                         lambda: [sys.executable, "-c", FAKE_CLIENT.replace("sys.argv[2]", repr(behaviour))])
     out = list(online.run_points(plan, metrics_url="http://x", plan_path=tmp_path / "plan.json",
-                                 client_log=tmp_path / "client.log", timeout=3))
+                                 client_log=tmp_path / "client.log", timeout=3, metrics_interval=0.2))
     assert [r["status"] for r in out] == ["ok", "failed", "failed"]
     assert out[0]["result"] == {"completed": 1} and out[0]["kv"] == {"kv_cache_usage_max": 0.5}
     want = "timed out after 3 s" if behaviour == "hang" else "the benchmark client exited 3"
     assert all(want in r["reason"] for r in out[1:])
-    sent = json.loads((tmp_path / "plan.json").read_text())["points"]
-    assert [p["argv"] for p in sent] == [["bench", "serve", "--x", str(i)] for i in range(3)]
+    sent = json.loads((tmp_path / "plan.json").read_text())
+    assert sent["metrics_interval"] == 0.2  # the client samples /metrics at the sweep's interval
+    assert [p["argv"] for p in sent["points"]] == [["bench", "serve", "--x", str(i)] for i in range(3)]
     assert not (tmp_path / "p0.done.json").exists()  # read into the record, then removed
 
 

@@ -100,7 +100,7 @@ def client_command() -> list[str]:
 
 
 def run_points(plan: list[dict], *, metrics_url: str, plan_path: Path, client_log: Path,
-               timeout: float | None) -> Iterator[dict]:
+               timeout: float | None, metrics_interval: float = 0.5) -> Iterator[dict]:
     """Run one server's points (plan: {id, command (the `vllm bench serve` argv), log, result}) in one
     client process (s4kv.bench.serve_client) and yield, in order, each point's {status, reason, result
     (vLLM's JSON), kv (from /metrics), started, duration_s} as soon as it is done. A point that takes
@@ -109,7 +109,8 @@ def run_points(plan: list[dict], *, metrics_url: str, plan_path: Path, client_lo
                "done": str(plan_path.with_name(f"{p['id']}.done.json"))} for p in plan]
     for p in points:
         Path(p["done"]).unlink(missing_ok=True)
-    plan_path.write_text(json.dumps({"metrics_url": metrics_url, "points": points}, indent=1))
+    plan_path.write_text(json.dumps({"metrics_url": metrics_url, "metrics_interval": metrics_interval,
+                                     "points": points}, indent=1))
     with open(client_log, "w") as log:
         proc = subprocess.Popen(client_command() + [str(plan_path)], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("run")
     g.add_argument("--out", default=None, help="output dir (default: bench-results/<timestamp>)")
     g.add_argument("--point-timeout", type=float, default=3600, help="seconds per point (default 3600)")
+    g.add_argument("--metrics-interval", type=float, default=0.5,
+                   help="seconds between the server's /metrics samples during a point (default 0.5; KV use and "
+                        "queues are the peaks of those samples, so short requests need a shorter interval)")
     g.add_argument("--seed", type=int, default=0, help="prompts of point i use seed + i (the same for every dtype)")
     g.add_argument("--no-preflight", action="store_true",
                    help="start servers even for dtypes the preflight check refuses")
@@ -223,7 +226,8 @@ class Sweep:
                 "num_warmups": self.args.num_warmups, "seed": self.args.seed, "max_model_len":
                 self.server["max_model_len"], "kv_cache_bytes": self.server["kv_cache_bytes"],
                 "gpu_memory_utilization": self.server["gpu_memory_utilization"],
-                "serve_extra_args": self.server["extra_args"], "bench_extra_args": self.args.bench_arg}
+                "serve_extra_args": self.server["extra_args"], "bench_extra_args": self.args.bench_arg,
+                "metrics_interval_s": self.args.metrics_interval}
 
     def run_dtype(self, kv: str, check: dict | None, refused: str | None, progress: Progress) -> None:
         started, t0 = runner.now(), time.perf_counter()
@@ -266,6 +270,7 @@ class Sweep:
             print(f"serve {kv}: healthy after {startup:.0f} s", flush=True)
             plan = [self.point_plan(kv, i, point, srv) for i, point in enumerate(self.points)]
             results = online.run_points(plan, metrics_url=srv.url + "/metrics",
+                                        metrics_interval=self.args.metrics_interval,
                                         plan_path=self.out / "bench" / f"client-{kv}.plan.json",
                                         client_log=self.out / "logs" / f"client-{kv}.log",
                                         timeout=self.args.point_timeout)

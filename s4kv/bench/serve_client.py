@@ -4,7 +4,8 @@ machine, minutes of a GPU lease over a sweep).
 
     python -m s4kv.bench.serve_client PLAN.json
 
-PLAN: {"metrics_url": "http://127.0.0.1:P/metrics", "points": [{"id", "argv", "log", "result", "done"}]}.
+PLAN: {"metrics_url": "http://127.0.0.1:P/metrics", "metrics_interval": seconds, "points": [{"id", "argv", "log",
+"result", "done"}]}.
 Each point runs through vLLM's own CLI entry point (`vllm.entrypoints.cli.main.main`, what the `vllm`
 script runs) with sys.argv = ["vllm", *argv], its output (file descriptors 1 and 2) in the point's log,
 /metrics sampled around it (s4kv.bench.prom). Then the point's `done` file gets {status, reason, kv,
@@ -47,7 +48,7 @@ def output_to(path: str):
             os.close(saved[1])
 
 
-def run_one(point: dict, metrics_url: str) -> dict:
+def run_one(point: dict, metrics_url: str, metrics_interval: float = 0.5) -> dict:
     from vllm.entrypoints.cli.main import main as vllm_main
 
     t = time.perf_counter()
@@ -56,7 +57,7 @@ def run_one(point: dict, metrics_url: str) -> dict:
     with output_to(point["log"]):
         print(shlex.join(["vllm", *point["argv"]]), flush=True)
         try:
-            sampler = prom.Sampler(metrics_url).start()
+            sampler = prom.Sampler(metrics_url, metrics_interval).start()
         except OSError as e:
             return {"status": "failed", "reason": f"the server's /metrics does not answer: {e}", "kv": {},
                     "started": started, "duration_s": round(time.perf_counter() - t, 2)}
@@ -82,7 +83,7 @@ def run_one(point: dict, metrics_url: str) -> dict:
 def main(argv: list[str]) -> int:
     plan = json.loads(Path(argv[0]).read_text())
     for point in plan["points"]:
-        result = run_one(point, plan["metrics_url"])
+        result = run_one(point, plan["metrics_url"], plan.get("metrics_interval", 0.5))
         done = Path(point["done"])
         tmp = done.with_name(done.name + ".tmp")
         tmp.write_text(json.dumps(result))
