@@ -71,6 +71,12 @@ def _add2(a0, a1, b0, b1):
 
 
 @triton.jit
+def _page_region(cache_ptr, bt_row, page, head, stride_cb):
+    """Page `page` of the row's block table: its (block, kv head) region's first byte."""
+    return cache_ptr + tl.load(bt_row + page).to(tl.int64) * stride_cb + head
+
+
+@triton.jit
 def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
     """A page's loads of fewer than 4 bytes per thread, which Triton's async-copy pipeline does
     not take (its copies are 4 to 16 bytes), so that they would wait for memory inside the loop:
@@ -90,8 +96,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
     the scores' per-head constant, the first token's exact score, the first value's high-nibble
     terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
-    block_id = tl.load(bt_row + page).to(tl.int64)
-    region = cache_ptr + block_id * stride_cb + head
+    region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
@@ -140,12 +145,12 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     acc_hi = tl.zeros([HALF, G], tl.float32)
     tb = tl.arange(0, BS)
     # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
-    ahead = cache_ptr + tl.load(bt_row + tl.minimum(page_lo, tl.maximum(page_hi - 1, 0))).to(tl.int64) * stride_cb + head
+    ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
     vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
     for page in tl.range(page_lo, page_hi, num_stages=PAGE_STAGES):
         vs_page, f16, k0 = vs_next, f16_next, k0_next
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
-        ahead = cache_ptr + tl.load(bt_row + tl.minimum(page + 1, page_hi - 1)).to(tl.int64) * stride_cb + head
+        ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
         region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
