@@ -20,8 +20,9 @@ sys.path.insert(0, "tools")
 import ncu_stalls as ns
 
 out, planted = sys.argv[1], sys.argv[2]
-lines, text = ns.line_table(ns.compile_decode("qwen2.5-7b", "bf16", {}))
-lo, hi = ns.page_loop(text)
+kern = ns.compile_decode("qwen2.5-7b", "bf16", {})
+lines, text = ns.line_table(kern.kernel)
+lo, hi = ns.page_loop(kern)
 target = next(n for n, src in enumerate(open("s4kv/kernels/decode.py"), 1) if planted in src)
 reasons = ["stall_long_sb", "stall_wait", "stall_selected"]
 hits = 0

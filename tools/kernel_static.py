@@ -110,20 +110,32 @@ def parse_sass(sass: str) -> list[tuple[int, str]]:
     return out
 
 
-def loops(sass: str) -> list[collections.Counter]:
-    """Instruction counts of every loop body (a backward branch and the code it jumps over)."""
+def loop_bodies(sass: str) -> list[tuple[int, int, collections.Counter]]:
+    """(first, last offset, instruction counts) of every loop body (a backward branch and the code
+    it jumps over)."""
     ins = parse_sass(sass)
     bodies = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))", line)
         if m and m.group(2) and int(m.group(2), 16) < int(m.group(1), 16):
             lo, hi = int(m.group(2), 16), int(m.group(1), 16)
-            bodies.append(collections.Counter(op for a, op in ins if lo <= a <= hi))
+            bodies.append((lo, hi, collections.Counter(op for a, op in ins if lo <= a <= hi)))
     return bodies
+
+
+def loops(sass: str) -> list[collections.Counter]:
+    """Instruction counts of every loop body."""
+    return [counts for _, _, counts in loop_bodies(sass)]
 
 
 def _mma(counter: collections.Counter) -> int:
     return sum(n for op, n in counter.items() if op.startswith(("HMMA", "HGMMA")))
+
+
+def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
+    """The loop with the most tensor-core instructions (then the most instructions): a decode or
+    stage kernel's page loop; None without a loop."""
+    return max(loop_bodies(sass), key=lambda b: (_mma(b[2]), sum(b[2].values())), default=None)
 
 
 def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
@@ -177,8 +189,9 @@ def _cache_tensors(rows: int, hkv: int, d: int, dt):
     return torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
 
 
-def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
-    """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
+def compiled_decode(cc: int, shape: str, dtype: str, options: dict):
+    """(compiled decode kernel, its launch options) for one architecture, shape, dtype and launch
+    configuration (under the compile-only driver of `cc`)."""
     from s4kv.kernels import decode
     from s4kv.kernels.batch import plan_launch
 
@@ -189,11 +202,19 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     regions = _cache_tensors(rows, hkv, d, dt)
     q = torch.zeros(rows, hq, d, dtype=dt)
     k = torch.zeros(rows, hkv, d, dtype=dt)
-    kern, opts = _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
+    return _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
         q, k, k.clone(), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
-    bodies = loops(_sass(kern))
-    page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, opts, kern, page)
+
+
+def _page_counts(kern) -> collections.Counter:
+    page = page_loop(_sass(kern))
+    return page[2] if page else collections.Counter()
+
+
+def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
+    kern, opts = compiled_decode(cc, shape, dtype, options)
+    return _facts(cc, shape, dtype, opts, kern, _page_counts(kern))
 
 
 def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -212,9 +233,7 @@ def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     kp = torch.zeros(len(wave.jobs), 128, hkv, d, dtype=chunk.STAGE_DTYPE)
     kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
                            lambda: chunk.stage_pages(wave, k, k.clone(), regions, md, kp, kp.clone(), PAGE))
-    bodies = loops(_sass(kern))
-    page = max(bodies, key=lambda c: (_mma(c), sum(c.values()))) if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, opts, kern, page)
+    return _facts(cc, shape, dtype, opts, kern, _page_counts(kern))
 
 
 def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:

@@ -40,32 +40,19 @@ def opcode(text: str) -> str:
     return _PRED.sub("", text.strip().rstrip(";")).split()[0]
 
 
-def compile_decode(shape: str, dtype: str, options: dict) -> bytes:
-    """The sm90 cubin of the decode kernel for this shape and launch options."""
+def compile_decode(shape: str, dtype: str, options: dict):
+    """The decode kernel compiled for sm90 with this shape and launch options (kernel_static's build)."""
     import kernel_static as ks
-    import torch
     from triton.compiler import compiler as triton_compiler
     from triton.runtime.driver import driver
 
-    from s4kv.kernels import decode
-    from s4kv.kernels.batch import plan_launch
-
     driver.set_active(ks.CompileOnlyDriver(90))
     triton_compiler.max_shared_mem.cache_clear()
-    hq, hkv, d = ks.SHAPES[shape]
-    dt, rows = ks.DTYPES[dtype], 8
-    md = plan_launch(ks._metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
-    regions = ks._cache_tensors(rows, hkv, d, dt)
-    q = torch.zeros(rows, hq, d, dtype=dt)
-    k = torch.zeros(rows, hkv, d, dtype=dt)
-    kern, _ = ks._compiled(90, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
-        q, k, k.clone(), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
-    return kern.kernel
+    return ks.compiled_decode(90, shape, dtype, options)[0]
 
 
 def line_table(cubin: bytes) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
-    """(offset -> (file, line), offset -> instruction text, branch labels resolved to offsets) from
-    nvdisasm's line-annotated listing."""
+    """(offset -> (file, line), offset -> instruction text) from nvdisasm's line-annotated listing."""
     import kernel_static as ks
 
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -73,41 +60,28 @@ def line_table(cubin: bytes) -> tuple[dict[int, tuple[str, int]], dict[int, str]
         f.flush()
         listing = subprocess.run([os.path.join(ks._BIN, "nvdisasm"), "-g", "-c", f.name], capture_output=True,
                                  text=True, check=True).stdout
-    lines, text, labels, pending, cur = {}, {}, {}, [], None
+    lines, text, cur = {}, {}, None
     for row in listing.splitlines():
         m = _LINE.match(row)
         if m:
             cur = (m.group(1), int(m.group(2)))
             continue
-        m = re.match(r"\s*(\.L_x_\d+):", row)
-        if m:
-            pending.append(m.group(1))
-            continue
         m = _INSTR.match(row)
         if m:
             a = int(m.group(1), 16)
             lines[a], text[a] = cur, m.group(2)
-            labels.update((name, a) for name in pending)
-            pending = []
-    for a, t in text.items():
-        text[a] = re.sub(r"`\((\.L_x_\d+)\)", lambda m: hex(labels.get(m.group(1), 0)), t)
     return lines, text
 
 
-def page_loop(text: dict[int, str]) -> tuple[int, int]:
-    """(first, last) offset of the loop with the most tensor-core instructions (kernel_static's pick)."""
-    best = None
-    for a, t in text.items():
-        m = re.search(r"BRA\s+0x([0-9a-f]+)", t)
-        if m and m.group(1) and int(m.group(1), 16) < a:
-            lo = int(m.group(1), 16)
-            body = [opcode(x) for b, x in text.items() if lo <= b <= a]
-            key = (sum(op.startswith(("HMMA", "HGMMA")) for op in body), len(body))
-            if best is None or key > best[0]:
-                best = (key, lo, a)
-    if best is None:
+def page_loop(kern) -> tuple[int, int]:
+    """(first, last) offset of the page loop: kernel_static's pick (the loop with the most tensor-core
+    instructions), from the same build's cuobjdump listing (its offsets are nvdisasm's)."""
+    import kernel_static as ks
+
+    loop = ks.page_loop(ks._sass(kern))
+    if loop is None:
         raise SystemExit("no loop in the kernel")
-    return best[1], best[2]
+    return loop[0], loop[1]
 
 
 def read_export(path: str) -> tuple[list[str], list[list[str]]]:
@@ -132,8 +106,9 @@ def main(argv=None) -> int:
     # a fresh cache: Triton keys compiled kernels by source text, not path, so a cached build of the
     # same text from another checkout would carry that checkout's paths in its line table
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ncu-stalls-triton-")
-    lines, text = line_table(compile_decode(args.shape, args.dtype, json.loads(args.options)))
-    lo, hi = page_loop(text)
+    kern = compile_decode(args.shape, args.dtype, json.loads(args.options))
+    lines, text = line_table(kern.kernel)
+    lo, hi = page_loop(kern)
     header, rows = read_export(args.export)
     col = {h: i for i, h in enumerate(header)}
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
