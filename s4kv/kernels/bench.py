@@ -66,13 +66,18 @@ def kernel_breakdown(fn, calls: int = 20) -> dict[str, float]:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return {name: us / 1e3 / calls for name, us in device_us_by_kernel(prof).items()}
+
+
+def device_us_by_kernel(prof) -> dict[str, float]:
+    """Device microseconds per kernel name over a PyTorch profiler window (CUDA activity)."""
     times: dict[str, float] = {}
     for ev in prof.key_averages():
         dev_us = getattr(ev, "device_time_total", None)
         if dev_us is None:  # older torch
             dev_us = ev.cuda_time_total
-        if dev_us:
-            times[ev.key] = dev_us / 1e3 / calls
+        if dev_us and ev.device_type.name == "CUDA":
+            times[ev.key] = times.get(ev.key, 0.0) + dev_us
     return times
 
 

@@ -28,18 +28,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _kernel_times(prof, cuda: bool) -> dict[str, float]:
     """Device microseconds per kernel name over a profiled window (CPU microseconds per op without a GPU)."""
+    if cuda:
+        from s4kv.kernels.bench import device_us_by_kernel
+
+        return device_us_by_kernel(prof)
     out: dict[str, float] = {}
     for ev in prof.key_averages():
-        if cuda:
-            us = getattr(ev, "device_time_total", None)
-            if us is None:
-                us = getattr(ev, "cuda_time_total", 0)
-            if not (us and ev.device_type.name == "CUDA"):
-                continue
-        else:
-            us = ev.self_cpu_time_total
-        if us:
-            out[ev.key] = out.get(ev.key, 0.0) + us
+        if ev.self_cpu_time_total:
+            out[ev.key] = out.get(ev.key, 0.0) + ev.self_cpu_time_total
     return out
 
 
