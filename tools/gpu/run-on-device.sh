@@ -62,6 +62,9 @@ for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null
   echo "killing leftover GPU process $p"; kill -9 "$p"; sleep 3
 done
 
+# Nsight Compute, for the profile steps (empty if the machine has none)
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+
 # tuned launch options from an earlier `tune` step on this machine
 CONFIG=/root/s4kv-kernel-config.json
 [ -f $CONFIG ] && export S4KV_KERNEL_CONFIG=$CONFIG
@@ -109,7 +112,6 @@ for s in "$@"; do
       step tune-stage python3 tools/gpu/tune_kernels.py stage --json "$OUT/tune-stage.json" ;;
     profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory
       # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log
-      NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
       if [ -n "$NCU" ]; then
         step profile "$NCU" --clock-control none --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 \
           --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -121,7 +123,6 @@ for s in "$@"; do
     profile-source)  # per-instruction warp-stall samples of the decode kernel at 8k x 32 (Nsight Compute's
       # source counters), exported as CSV for tools/ncu_stalls.py, which maps them to Triton source
       # lines on the CPU machine; the details page (scheduler and warp-state sections) beside it
-      NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
       step profile-source "$NCU" --clock-control none --graph-profiling node --kernel-name regex:_decode_kernel \
         --launch-skip 3 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
         --section SourceCounters -f -o /tmp/profile-source python3 -m s4kv.kernels.bench --contexts 8192 --batches 32 \
@@ -152,8 +153,7 @@ for s in "$@"; do
         step kernels-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' python3 -m s4kv.kernels.bench \
           $DECODE_POINTS --json '$OUT/kernels-baseline.json'"
       else
-        NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-        step profile-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' '$NCU' --clock-control none \
+          step profile-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' '$NCU' --clock-control none \
           --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 --launch-count 1 \
           --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
           --section SchedulerStats --section MemoryWorkloadAnalysis python3 -m s4kv.kernels.bench \
