@@ -100,7 +100,7 @@ def client_command() -> list[str]:
 
 
 def run_points(plan: list[dict], *, metrics_url: str, plan_path: Path, client_log: Path,
-               timeout: float | None, metrics_interval: float = 0.5) -> Iterator[dict]:
+               timeout: float | None, metrics_interval: float) -> Iterator[dict]:
     """Run one server's points (plan: {id, command (the `vllm bench serve` argv), log, result}) in one
     client process (s4kv.bench.serve_client) and yield, in order, each point's {status, reason, result
     (vLLM's JSON), kv (from /metrics), started, duration_s} as soon as it is done. A point that takes

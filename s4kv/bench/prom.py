@@ -17,6 +17,7 @@ import urllib.request
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
+INTERVAL_S = 0.5  # between samples during a point, unless `s4kv bench serve --metrics-interval` says otherwise
 WAITING = "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions_total"
 CACHE_INFO = "vllm:cache_config_info"
@@ -71,7 +72,7 @@ def fetch(url: str, timeout: float = 5.0) -> dict:
 class Sampler:
     """Samples /metrics every `interval` seconds between start() and stop(); stop() returns the summary."""
 
-    def __init__(self, url: str, interval: float = 0.5):
+    def __init__(self, url: str, interval: float = INTERVAL_S):
         self.url, self.interval = url, interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

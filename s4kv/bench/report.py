@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from s4kv.bench import records
+from s4kv.bench import prom, records
 
 
 def _f(x, fmt: str = "{:,.0f}", none: str = "–") -> str:
@@ -141,7 +141,7 @@ def serve_section(recs: list[dict], plots: dict[str, str]) -> list[str]:
               f"its next request when the last one finished. **SLO: p99 {slo}**, and every request completed. "
               "*Max rate at SLO*: the highest swept rate that meets it with every lower swept rate meeting it "
               "too. Goodput: the share of requests within every target (vLLM's `--goodput`). KV use: "
-              f"`vllm:kv_cache_usage_perc` sampled from /metrics every {p.get('metrics_interval_s', 0.5):g} s (peak); running/waiting: the "
+              f"`vllm:kv_cache_usage_perc` sampled from /metrics every {p.get('metrics_interval_s', prom.INTERVAL_S):g} s (peak); running/waiting: the "
               "scheduler's queues at their peak. KV pool: blocks × block size from `vllm:cache_config_info`; "
               "vLLM-reported: its startup line, which counts max_model_len requests (an int4_kivi request also "
               "holds its exact tail's pages, so at a short max_model_len that figure is below the pool).")]

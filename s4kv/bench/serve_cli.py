@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from s4kv.bench import cli, metrics, online, records, runner
+from s4kv.bench import cli, metrics, online, prom, records, runner
 from s4kv.bench import server as servers
 
 GiB = 1 << 30
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("run")
     g.add_argument("--out", default=None, help="output dir (default: bench-results/<timestamp>)")
     g.add_argument("--point-timeout", type=float, default=3600, help="seconds per point (default 3600)")
-    g.add_argument("--metrics-interval", type=float, default=0.5,
+    g.add_argument("--metrics-interval", type=float, default=prom.INTERVAL_S,
                    help="seconds between the server's /metrics samples during a point (default 0.5; KV use and "
                         "queues are the peaks of those samples, so short requests need a shorter interval)")
     g.add_argument("--seed", type=int, default=0, help="prompts of point i use seed + i (the same for every dtype)")

@@ -48,7 +48,7 @@ def output_to(path: str):
             os.close(saved[1])
 
 
-def run_one(point: dict, metrics_url: str, metrics_interval: float = 0.5) -> dict:
+def run_one(point: dict, metrics_url: str, metrics_interval: float) -> dict:
     from vllm.entrypoints.cli.main import main as vllm_main
 
     t = time.perf_counter()
@@ -83,7 +83,7 @@ def run_one(point: dict, metrics_url: str, metrics_interval: float = 0.5) -> dic
 def main(argv: list[str]) -> int:
     plan = json.loads(Path(argv[0]).read_text())
     for point in plan["points"]:
-        result = run_one(point, plan["metrics_url"], plan.get("metrics_interval", 0.5))
+        result = run_one(point, plan["metrics_url"], plan["metrics_interval"])
         done = Path(point["done"])
         tmp = done.with_name(done.name + ".tmp")
         tmp.write_text(json.dumps(result))
