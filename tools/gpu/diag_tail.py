@@ -29,6 +29,15 @@ def rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
+def pytorch_path(q, k, v, regions, md):
+    """The decode rows' attention by the PyTorch path (s4kv.backend.torch_ops, the CPU serving path)
+    on the same pages, without storing: fp32 [rows, Hq, D]."""
+    rows = q.shape[0]
+    ref = torch.zeros(rows, q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+    torch_ops._decode_rows(torch.arange(rows), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
+    return ref
+
+
 def calls(shapes, repeats):
     errs = []
     for context, batch in shapes:
@@ -37,8 +46,7 @@ def calls(shapes, repeats):
             q, k, v, regions, md = bench.decode_inputs(context, batch)
             out = torch.empty(batch, q.shape[1], q.shape[2], dtype=torch.float32, device="cuda")
             decode_attention(q, k, v, regions, md, batch, q.shape[2] ** -0.5, out, md.decode_splits)
-            ref = torch.zeros_like(out)
-            torch_ops._decode_rows(torch.arange(batch), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
+            ref = pytorch_path(q, k, v, regions, md)
             torch.cuda.synchronize()
             row.append(rel(out, ref))
         errs.append((f"{context}x{batch}", row))

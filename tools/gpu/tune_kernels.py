@@ -178,7 +178,8 @@ def sweep_decode(results, config_out=None):
     the default launch's is checked against the PyTorch path (s4kv.backend.torch_ops) where the
     points have exact tails; the
     best is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
-    from s4kv.backend import torch_ops
+    from diag_tail import pytorch_path, rel
+
     from s4kv.backend.selfcheck import TOLERANCE
     from s4kv.kernels.bench import bench_case, copy_bandwidth, decode_inputs
 
@@ -193,11 +194,7 @@ def sweep_decode(results, config_out=None):
         if ctx % fmt.BLOCK_SIZE:  # with an exact tail: the PyTorch path (fp64) on the same inputs
             # (at a multiple of 128 the bench's last page stands for a block the store just wrote,
             # which the PyTorch path, not storing, reads as a tail of random bytes)
-            q, k, v, regions, md = decode_inputs(ctx, b)
-            ref = torch.zeros(b, q.shape[1], q.shape[2], dtype=torch.float32, device="cuda")
-            torch_ops._decode_rows(torch.arange(b), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
-            check = f", rel. L2 vs the PyTorch path {((got[0] - ref).norm() / ref.norm()).item():.2e}"
-            del q, k, v, regions, md, ref
+            check = f", rel. L2 vs the PyTorch path {rel(got[0], pytorch_path(*decode_inputs(ctx, b))):.2e}"
         parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
         print(f"default launch {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us "
               f"{r['bandwidth'] / copy:6.1%}  ({parts} us){check}", flush=True)
