@@ -138,7 +138,7 @@ for s in "$@"; do
           name=${v%%=*}; spec=${v#*=}; dir=${spec%%:*}; cfg=""; [ "$spec" != "$dir" ] && cfg=$(cd "$(dirname "${spec#*:}")" && pwd)/$(basename "${spec#*:}")
           d=$(cd "$dir" && pwd)
           step "variant-$name-$pass" bash -c "cd '$d' && PYTHONPATH='$d:$PYTHONPATH' S4KV_KERNEL_CONFIG='$cfg' \
-            python3 -m s4kv.kernels.bench --contexts 1024,8192,32768,8256 --batches 64,32,8,32 --breakdown \
+            python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown \
             --json '$OUT/variant-$name-$pass.json'"
         done
       done ;;
