@@ -23,6 +23,8 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/s4kv-out}
 mkdir -p "$OUT"
 MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
+# the vLLM release the bundle installed (its metadata; vLLM itself is not imported for this)
+VLLM_VERSION=$(python3 -c 'import importlib.metadata as m; print(m.version("vllm").split("+")[0])' 2>/dev/null || echo unknown)
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
 # the decode kernel bench's points: the README's three (no exact tail) and two whose rows carry a
@@ -83,15 +85,23 @@ step() {  # step NAME CMD...: run, log, remember failures, keep going; returns t
 
 for s in "$@"; do
   case $s in
-    patch)  # the same series application as the wheel build (forklayer), onto the installed vLLM
+    patch)  # the same series application as the wheel build (forklayer), onto the installed vLLM (the
+      # bundle's release: 0.24.0 from ../shared/gpu/make-bundle, 0.33.0 with tools/gpu/torch_bundle.py)
       command -v git >/dev/null || echo "no git binary on this machine: forklayer apply needs it"
-      step patch python3 -m forklayer apply --vllm 0.24.0 --target /tmp/site ;;
+      step patch python3 -m forklayer apply --vllm "$VLLM_VERSION" --target /tmp/site
+      # from 0.33 on, int4_kivi is declared by s4kv's `vllm.general_plugins` entry point, which vLLM finds
+      # in installed metadata only: install the tree's own package (its code stays shadowed by the tree)
+      if [ "$VLLM_VERSION" != 0.24.0 ] && [ "$VLLM_VERSION" != 0.32.0 ]; then
+        step plugin python3 -m pip install -q --no-deps --no-index --no-build-isolation --upgrade \
+          --target /tmp/site . && rm -rf build s4kv.egg-info
+      fi ;;
     tests)  # a failure is an answer: no fallback configuration (the two kept until 2026-12-02, plain
       # code unpacking and 2-warp head_dim-64 stage tiles, were stale and failed chunk tests themselves)
       step tests python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_chunk_plan.py \
         tests/test_code_unpack.py tests/test_format.py tests/test_reference.py ;;
     smoke)
-      CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0} step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ;;
+      # shellcheck disable=SC2086  # SMOKE_ARGS=--eager: no torch.compile or CUDA graphs (a first check of a new bundle)
+      CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-0} step smoke python3 tools/gpu/smoke_int4.py "$MODEL" ${SMOKE_ARGS:-} ;;
     diag-tail)  # decode with exact tails on the kernel bench's inputs: repeated runs and the PyTorch path
       step diag-tail python3 tools/gpu/diag_tail.py ;;
     debug)

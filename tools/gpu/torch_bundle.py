@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Carry the torch a vLLM release pins to the offline GPU machine, next to make-bundle's vLLM.
+
+``../shared/gpu/make-bundle --vllm V`` carries vLLM V and the packages the machine lacks, but never
+the GPU stack (torch, triton, nvidia-*): the machine's image has torch 2.11 / Triton 3.6, which is
+what vLLM 0.24.0 pins. vLLM 0.33.0 pins torch 2.14.0 (and torch 2.14 pins Triton 3.8): its compiled
+extensions do not load against torch 2.11. This step carries that stack in chunks of its own
+(t0, t1, ... beside make-bundle's c0, c1, ...) and writes ``setup-torch.sh``, which installs it into
+the same ``/tmp/site`` before make-bundle's setup runs, so vLLM's own check already imports the new
+torch.
+
+    python3 tools/gpu/torch_bundle.py --vllm 0.33.0 [--out .gpu33] [--chunk-mib 58]
+
+What is carried, and why (each from the wheel that pins it, never a hand-written version):
+* torch at the version ``VERSIONS`` gives for the release (its CUDA 13.0 build: the machine's
+  driver is 580, CUDA 13.0);
+* the triton and nvidia-nccl-cu13 that torch's wheel pins: NCCL because libtorch_cuda of a newer
+  torch calls NCCL functions the image's older NCCL lacks (resolved lazily, so a missing one would
+  kill the process at its first call instead of at import); where the registry lacks the pinned
+  NCCL, the nearest newer release (said in the log);
+* the torchvision vLLM pins (a torchvision built for another torch fails at import).
+Not carried: the CUDA 13.0 libraries (cuda-toolkit 13.0.x, cusparselt 0.8.x), which the image's
+torch already brought at the same minor version, and cuDNN (torch checks its version only when a
+cuDNN kernel runs; the text models served here run none). ``setup-torch.sh`` prints the image's
+versions of these next to the new torch, so a mismatch is visible in the first call's log.
+
+Writes into OUT: t0..tN (a plain tar of the wheels, split: they are compressed already),
+setup-torch.sh (from tools/gpu/setup-torch-on-device.sh with the chunk hashes filled in) and
+torch-bundle.json; prints the whole call sequence, make-bundle's calls included.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path.home() / ".cache" / "s4kv-gpu" / "torch-wheels"
+TEMPLATE = Path(__file__).with_name("setup-torch-on-device.sh")
+STAGE = "/root/stage"
+# the GPU machine: CPython 3.12, x86_64, glibc 2.28+ wheels first (as make-bundle picks them)
+PIP_TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+              "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
+              "--platform", "manylinux2014_x86_64", "--platform", "any"]
+MARKERS = {"platform_system": "Linux", "sys_platform": "linux", "platform_machine": "x86_64",
+           "python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}
+
+
+def log(msg: str) -> None:
+    print(f"[torch-bundle] {msg}", flush=True)
+
+
+def torch_pin(vllm: str) -> str:
+    for line in (ROOT / "VERSIONS").read_text().splitlines():
+        fields = line.split("#")[0].split()
+        if fields and fields[0] == vllm:
+            return fields[2]
+    sys.exit(f"vLLM {vllm} is not in VERSIONS")
+
+
+def requires(whl: Path) -> list[Requirement]:
+    """The wheel's Requires-Dist that apply on the GPU machine."""
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+        lines = Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []
+    reqs = [Requirement(x) for x in lines]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate(MARKERS)]
+
+
+def download(spec: str) -> Path:
+    """One wheel for `spec` (no dependencies), cached; pip picks the newest that matches."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    before = set(CACHE.glob("*.whl"))
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *PIP_TARGET, "-d", str(CACHE),
+           "-c", "/dev/null", spec]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if res.returncode:
+        raise LookupError(res.stdout[-2000:] + res.stderr[-2000:])
+    req = Requirement(spec)
+    hits = [w for w in CACHE.glob("*.whl") if canonicalize_name(w.name.split("-")[0]) == canonicalize_name(req.name)
+            and req.specifier.contains(w.name.split("-")[1], prereleases=True)]
+    new = [w for w in hits if w not in before]
+    return max(new or hits, key=lambda w: w.stat().st_mtime)
+
+
+def pinned(reqs: list[Requirement], name: str) -> Requirement:
+    return next(r for r in reqs if canonicalize_name(r.name) == name)
+
+
+def download_or_newer(req: Requirement) -> Path:
+    """The pinned release, or (where the registry lacks it) the nearest newer one of the same name."""
+    spec = f"{req.name}{req.specifier}"
+    try:
+        return download(spec)
+    except LookupError:
+        floor = next(s.version for s in req.specifier)
+        log(f"{spec} is not on the registry: taking the nearest newer release (>={floor})")
+        return download(f"{req.name}>={floor}")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Chunks:
+    """A write-only stream cut into files t0, t1, ... of at most `size` bytes."""
+
+    def __init__(self, folder: Path, size: int):
+        self.folder, self.size, self.paths, self.f, self.left = folder, size, [], None, 0
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view:
+            if not self.left:
+                if self.f:
+                    self.f.close()
+                self.paths.append(self.folder / f"t{len(self.paths)}")
+                self.f, self.left = open(self.paths[-1], "wb"), self.size  # noqa: SIM115 - closed on the next chunk
+            n = min(self.left, len(view))
+            self.f.write(view[:n])
+            view, self.left = view[n:], self.left - n
+        return len(data)
+
+    def close(self) -> None:
+        if self.f:
+            self.f.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vllm", required=True, help="vLLM release (a line of VERSIONS)")
+    ap.add_argument("--out", type=Path, default=None, help="bundle folder (default .gpu<major><minor>, "
+                    "e.g. .gpu33: make-bundle's --out)")
+    ap.add_argument("--chunk-mib", type=float, default=58, help="chunk size limit (a call carries 64 MiB in all)")
+    a = ap.parse_args()
+    out = a.out or ROOT / (".gpu" + "".join(a.vllm.split(".")[1:2]))
+    out.mkdir(parents=True, exist_ok=True)
+
+    torch_whl = download(f"torch=={torch_pin(a.vllm)}")
+    vllm_whl = download(f"vllm=={a.vllm}")
+    t_reqs, v_reqs = requires(torch_whl), requires(vllm_whl)
+    wheels = [torch_whl, download_or_newer(pinned(t_reqs, "triton")),
+              download_or_newer(pinned(t_reqs, "nvidia-nccl-cu13")),
+              download_or_newer(pinned(v_reqs, "torchvision"))]
+    left_out = [str(r) for r in t_reqs if canonicalize_name(r.name).startswith(("nvidia-", "cuda-"))
+                and canonicalize_name(r.name) != "nvidia-nccl-cu13"]
+    for w in wheels:
+        log(f"carrying {w.name} ({w.stat().st_size / 2**20:.0f} MiB)")
+    log("left to the image: " + "; ".join(left_out))
+
+    for old in out.glob("t[0-9]*"):
+        old.unlink()
+    sink = Chunks(out, int(a.chunk_mib * 2**20))
+    with tarfile.open(fileobj=sink, mode="w|") as tar:
+        for w in wheels:
+            tar.add(w, arcname=f"whl/{w.name}")
+    sink.close()
+    chunks = [(p.name, sha256(p)) for p in sink.paths]
+    payload = hashlib.sha256()
+    for p in sink.paths:
+        payload.update(p.read_bytes())
+
+    facts = {"TORCH_WHEELS": " ".join(w.name for w in wheels), "TORCH_CHUNKS": " ".join(f"{n}={h}" for n, h in chunks),
+             "TORCH_PAYLOAD": payload.hexdigest()}
+    script = TEMPLATE.read_text()
+    for k, v in facts.items():
+        script, n = re.subn(rf'^{k}=""$', f'{k}="{v}"', script, flags=re.MULTILINE)
+        assert n == 1, k
+    (out / "setup-torch.sh").write_text(script)
+    (out / "setup-torch.sh").chmod(0o755)
+
+    rel = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
+    mb = json.loads((out / "bundle.json").read_text()) if (out / "bundle.json").exists() else None
+    vllm_calls = list((mb or {}).get("calls", []))
+    seq = [{"carry": [f"{rel}/{n}"], "command": f"mkdir -p {STAGE} && cp {rel}/{n} {STAGE}/ && ls {STAGE} | wc -l"}
+           for n, _ in chunks]
+    if vllm_calls:
+        seq += vllm_calls[:-1]
+        last = dict(vllm_calls[-1])
+        last["carry"] = list(last["carry"]) + [f"{rel}/setup-torch.sh"]
+        last["command"] = f"bash {rel}/setup-torch.sh && " + last["command"]
+        seq.append(last)
+    else:
+        log(f"no {rel}/bundle.json: run ../shared/gpu/make-bundle --vllm {a.vllm} --out {rel} first for vLLM's calls")
+    (out / "torch-bundle.json").write_text(json.dumps({"vllm": a.vllm, "wheels": facts["TORCH_WHEELS"].split(),
+                                                        "left_to_image": left_out, "chunks": chunks,
+                                                        "payload_sha256": facts["TORCH_PAYLOAD"], "calls": seq}, indent=1))
+    total = sum(p.stat().st_size for p in sink.paths)
+    log(f"{len(chunks)} torch chunks, {total / 2**20:.1f} MiB; {len(seq)} calls in all (torch's first), back to back:")
+    for i, c in enumerate(seq, 1):
+        print(f"  {i:2d}  carry {json.dumps(c['carry'])}\n      {c['command']}")
+
+
+if __name__ == "__main__":
+    main()
