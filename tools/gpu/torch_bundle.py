@@ -140,6 +140,31 @@ class Chunks:
             self.f.close()
 
 
+def write_bundle(wheels: list[Path], out: Path, chunk_bytes: int) -> tuple[list[tuple[str, str]], str]:
+    """The wheels as one tar cut into out/t0..tN, and out/setup-torch.sh with their hashes filled
+    in. Returns [(chunk name, sha256)] and the sha256 of the whole payload."""
+    for old in out.glob("t[0-9]*"):
+        old.unlink()
+    sink = Chunks(out, chunk_bytes)
+    with tarfile.open(fileobj=sink, mode="w|") as tar:
+        for w in wheels:
+            tar.add(w, arcname=f"whl/{w.name}")
+    sink.close()
+    chunks = [(p.name, sha256(p)) for p in sink.paths]
+    payload = hashlib.sha256()
+    for p in sink.paths:
+        payload.update(p.read_bytes())
+    facts = {"TORCH_WHEELS": " ".join(w.name for w in wheels), "TORCH_CHUNKS": " ".join(f"{n}={h}" for n, h in chunks),
+             "TORCH_PAYLOAD": payload.hexdigest()}
+    script = TEMPLATE.read_text()
+    for k, v in facts.items():
+        script, n = re.subn(rf'^{k}=""$', f'{k}="{v}"', script, flags=re.MULTILINE)
+        assert n == 1, k
+    (out / "setup-torch.sh").write_text(script)
+    (out / "setup-torch.sh").chmod(0o755)
+    return chunks, payload.hexdigest()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", required=True, help="vLLM release (a line of VERSIONS)")
@@ -162,27 +187,7 @@ def main() -> None:
         log(f"carrying {w.name} ({w.stat().st_size / 2**20:.0f} MiB)")
     log("left to the image: " + "; ".join(left_out))
 
-    for old in out.glob("t[0-9]*"):
-        old.unlink()
-    sink = Chunks(out, int(a.chunk_mib * 2**20))
-    with tarfile.open(fileobj=sink, mode="w|") as tar:
-        for w in wheels:
-            tar.add(w, arcname=f"whl/{w.name}")
-    sink.close()
-    chunks = [(p.name, sha256(p)) for p in sink.paths]
-    payload = hashlib.sha256()
-    for p in sink.paths:
-        payload.update(p.read_bytes())
-
-    facts = {"TORCH_WHEELS": " ".join(w.name for w in wheels), "TORCH_CHUNKS": " ".join(f"{n}={h}" for n, h in chunks),
-             "TORCH_PAYLOAD": payload.hexdigest()}
-    script = TEMPLATE.read_text()
-    for k, v in facts.items():
-        script, n = re.subn(rf'^{k}=""$', f'{k}="{v}"', script, flags=re.MULTILINE)
-        assert n == 1, k
-    (out / "setup-torch.sh").write_text(script)
-    (out / "setup-torch.sh").chmod(0o755)
-
+    chunks, payload = write_bundle(wheels, out, int(a.chunk_mib * 2**20))
     rel = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
     mb = json.loads((out / "bundle.json").read_text()) if (out / "bundle.json").exists() else None
     vllm_calls = list((mb or {}).get("calls", []))
@@ -196,10 +201,10 @@ def main() -> None:
         seq.append(last)
     else:
         log(f"no {rel}/bundle.json: run ../shared/gpu/make-bundle --vllm {a.vllm} --out {rel} first for vLLM's calls")
-    (out / "torch-bundle.json").write_text(json.dumps({"vllm": a.vllm, "wheels": facts["TORCH_WHEELS"].split(),
+    (out / "torch-bundle.json").write_text(json.dumps({"vllm": a.vllm, "wheels": [w.name for w in wheels],
                                                         "left_to_image": left_out, "chunks": chunks,
-                                                        "payload_sha256": facts["TORCH_PAYLOAD"], "calls": seq}, indent=1))
-    total = sum(p.stat().st_size for p in sink.paths)
+                                                        "payload_sha256": payload, "calls": seq}, indent=1))
+    total = sum((out / n).stat().st_size for n, _ in chunks)
     log(f"{len(chunks)} torch chunks, {total / 2**20:.1f} MiB; {len(seq)} calls in all (torch's first), back to back:")
     for i, c in enumerate(seq, 1):
         print(f"  {i:2d}  carry {json.dumps(c['carry'])}\n      {c['command']}")

@@ -1,0 +1,83 @@
+"""tools/gpu/torch_bundle.py cuts wheels into chunks for the GPU machine and writes setup-torch.sh,
+which must refuse a missing or damaged chunk before it touches the site, and install the wheels
+from intact ones. Checked with two small real wheels and chunks far smaller than the real 58 MiB,
+so the payload spans several of them; the script's last step (the new torch on a GPU) fails here,
+with its own exit code, after the install."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "gpu"))
+import torch_bundle
+
+
+def make_wheel(folder: Path, name: str, payload: bytes) -> Path:
+    """A minimal installable wheel holding one module with `payload` in it."""
+    dist = f"{name}-1.0.dist-info"
+    files = {f"{name}.py": b"DATA = " + repr(payload).encode() + b"\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},,\n" for p in files) + f"{dist}/RECORD,,\n"
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, data in files.items():
+            z.writestr(p, data)
+        z.writestr(f"{dist}/RECORD", record)
+    return path
+
+
+def run_setup(bundle: Path, stage: Path, site: Path, tmp: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "S4KV_STAGE": str(stage), "S4KV_SITE": str(site), "S4KV_TORCH_WORK": str(tmp / "work"),
+           "S4KV_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run(["bash", str(bundle / "setup-torch.sh")], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_chunks_refuse_missing_and_damaged_then_install(tmp_path):
+    wheels_dir, bundle, stage, site = (tmp_path / d for d in ("wheels", "bundle", "stage", "site"))
+    for d in (wheels_dir, bundle, stage):
+        d.mkdir()
+    # incompressible payloads, so each wheel is several chunks long
+    wheels = [make_wheel(wheels_dir, f"s4kvfake{i}", os.urandom(6000)) for i in range(2)]
+    chunks, payload = torch_bundle.write_bundle(wheels, bundle, chunk_bytes=4096)
+
+    assert len(chunks) >= 4
+    assert all((bundle / n).stat().st_size <= 4096 for n, _ in chunks)
+    whole = b"".join((bundle / n).read_bytes() for n, _ in chunks)
+    assert hashlib.sha256(whole).hexdigest() == payload
+    assert all(hashlib.sha256((bundle / n).read_bytes()).hexdigest() == h for n, h in chunks)
+
+    # one chunk short: exit 3, naming it, nothing installed
+    for n, _ in chunks[:-1]:
+        (stage / n).write_bytes((bundle / n).read_bytes())
+    res = run_setup(bundle, stage, site, tmp_path)
+    assert res.returncode == 3, res.stderr
+    assert chunks[-1][0] in res.stderr
+    assert not site.exists()
+
+    # all there, one damaged: exit 4, and the damaged one removed so that it is carried again
+    (stage / chunks[-1][0]).write_bytes((bundle / chunks[-1][0]).read_bytes())
+    bad = stage / chunks[1][0]
+    bad.write_bytes(b"x" + bad.read_bytes()[1:])
+    res = run_setup(bundle, stage, site, tmp_path)
+    assert res.returncode == 4, res.stderr
+    assert not bad.exists()
+    assert not site.exists()
+
+    # intact: the wheels are installed and marked; the GPU check then fails (no GPU here): exit 5
+    bad.write_bytes((bundle / chunks[1][0]).read_bytes())
+    res = run_setup(bundle, stage, site, tmp_path)
+    assert "installed into" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 5, res.stdout + res.stderr
+    for i, w in enumerate(wheels):
+        assert (site / f"s4kvfake{i}.py").exists(), w
+    assert (site / ".s4kv-torch").read_text().strip() == payload
+
+    # run again: the finished install is skipped
+    res = run_setup(bundle, stage, site, tmp_path)
+    assert "already installed" in res.stdout
