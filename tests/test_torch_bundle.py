@@ -63,7 +63,8 @@ def test_chunks_refuse_missing_and_damaged_then_install(tmp_path):
     # all there, one damaged: exit 4, and the damaged one removed so that it is carried again
     (stage / chunks[-1][0]).write_bytes((bundle / chunks[-1][0]).read_bytes())
     bad = stage / chunks[1][0]
-    bad.write_bytes(b"x" + bad.read_bytes()[1:])
+    data = bad.read_bytes()
+    bad.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])  # a byte that surely differs
     res = run_setup(bundle, stage, site, tmp_path)
     assert res.returncode == 4, res.stderr
     assert not bad.exists()
