@@ -6,6 +6,8 @@
 * Hand-written configs of real head_dim-128 models (Qwen2.5-7B, Llama-3.1-8B) for vLLM's
   ``load_format="dummy"``: the engine sees the real shapes (layers, kv heads, head_dim), so KV
   capacity and speed are real; the weights are random, so quality is not measured with them.
+* The same configs cut to a few layers, with random weights written to disk (`random_model`):
+  one function that every tensor-parallel size loads alike (tools/tp_check.py).
 """
 
 from __future__ import annotations
@@ -85,7 +87,6 @@ def _convert_gguf(src: Path, out: Path) -> None:
     if missing:
         raise RuntimeError(f"converting {src.name} needs {' and '.join(missing)}: pip install {' '.join(missing)}")
     import torch
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"converting {src.name} -> {out} (once; cached)", file=sys.stderr, flush=True)
@@ -102,14 +103,23 @@ def _convert_gguf(src: Path, out: Path) -> None:
     conf.pop("quantization_config", None)  # the weights are dequantized now
     conf["architectures"] = [type(model).__name__]
     conf["dtype"] = "bfloat16"
+    _save_checkpoint(state, conf, out, tok)
+
+
+def _save_checkpoint(state: dict, conf: dict, out: Path, tok=None) -> None:
+    """Write weights, config (and tokenizer) into a directory of this process's own, then rename it
+    into place: a reader never sees a partial checkpoint."""
+    from safetensors.torch import save_file
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))  # this process's own
     try:
         tmp.chmod(0o755)  # mkdtemp's is 0700; the cache is readable like a directory mkdir makes
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(conf, indent=2))
-        tok.save_pretrained(tmp)
-        if out.exists():  # an incomplete directory (an older, interrupted conversion)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+        if out.exists():  # an incomplete directory (an older, interrupted write)
             shutil.rmtree(out)
         tmp.rename(out)
     except BaseException:
@@ -158,6 +168,37 @@ def dummy_model(name: str, root: Path | None = None) -> Path:
     if name not in DUMMY_CONFIGS:
         raise KeyError(f"unknown dummy model {name!r}; known: {sorted(DUMMY_CONFIGS)}")
     return write_config(DUMMY_CONFIGS[name], (root or cache_dir() / "models") / f"dummy-{name}")
+
+
+def random_model(name: str, layers: int, seed: int = 0, root: Path | None = None) -> Path:
+    """A checkpoint of a real model's config (``qwen2.5-7b``, ``llama-3.1-8b``) cut to `layers`
+    layers, with random weights (transformers' own initialization: normal, std 0.02), written once.
+
+    For what ``load_format="dummy"`` cannot give: the same function at every tensor-parallel size
+    (dummy draws each rank's shard from one seed, so TP 2 is not TP 1 split in two) and attention
+    that is far from uniform (dummy's weights are uniform in +-1e-3)."""
+    if name not in DUMMY_CONFIGS:
+        raise KeyError(f"unknown model {name!r}; known: {sorted(DUMMY_CONFIGS)}")
+    conf = {**DUMMY_CONFIGS[name], "num_hidden_layers": layers, "dtype": "bfloat16"}
+    if "max_window_layers" in conf:
+        conf["max_window_layers"] = layers
+    out = (root or cache_dir() / "models") / f"random-{name}-{layers}layers-seed{seed}"
+    if _complete(out):
+        return out
+    with _locked(out.with_name(out.name + ".lock")):
+        if not _complete(out):
+            import torch
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            print(f"writing random weights of {name} ({layers} layers) -> {out} (once; cached)",
+                  file=sys.stderr, flush=True)
+            hf = AutoConfig.for_model(**{k: v for k, v in conf.items() if k != "architectures"})
+            torch.manual_seed(seed)
+            with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+                model = AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+            state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+            _save_checkpoint(state, conf, out)
+    return out
 
 
 def resolve(model: str) -> str:

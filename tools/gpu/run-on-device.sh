@@ -5,7 +5,7 @@
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels variants profile profile-source diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
-#                                                 bench-serve)
+#                                                 bench-serve tp-check tp-bench)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
 #   bash tools/gpu/run-on-device.sh collect [SECONDS]  wait up to SECONDS (default 560) for the
@@ -216,6 +216,32 @@ for s in "$@"; do
       # shellcheck disable=SC2086
       step throughput bash tools/gpu/throughput.sh "$OUT/throughput" ${THROUGHPUT_RUNS:-}
       tar -C "$OUT" -czf "$OUT/throughput.tgz" throughput && rm -rf "$OUT/throughput" ;;
+    tp-check)  # issue 22 (a machine of 2+ GPUs): teacher-forced logprobs at tensor_parallel_size TP (default 2)
+      # against 1 for auto and int4_kivi, on random 4-layer checkpoints of the Qwen2.5-7B (2 kv heads per rank)
+      # and Llama-3.1-8B (4) shapes (tools/tp_check.py: vLLM's dummy weights differ between TP sizes)
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule
+      for m in qwen2.5-7b llama-3.1-8b; do
+        step "tp-check-$m" python3 tools/tp_check.py --model "random:$m" --layers 4 --tp "${TP:-2}" \
+          --json "$OUT/tp-check-$m.json"
+      done ;;
+    tp-bench)  # issue 22 (a machine of TP GPUs, default 2): KV capacity per engine and decode speed at the README's
+      # 8k x 32 and 32k x 8 points for bf16, fp8 and int4_kivi at tensor_parallel_size TP; with TP=3 (four GPUs)
+      # also SmolLM2's quality (3 kv heads: one per rank)
+      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+      tp_args="--engine-arg tensor_parallel_size=${TP:-2} --engine-arg distributed_executor_backend=mp"
+      # shellcheck disable=SC2086
+      step tp-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv auto,fp8,int4_kivi \
+        --max-model-len 32768 $tp_args --out "$OUT/tp-capacity"
+      # shellcheck disable=SC2086
+      step tp-speed python3 -m s4kv.bench speed --model dummy:qwen2.5-7b --kv auto,fp8,int4_kivi \
+        --contexts 8192,32768 --batches 32,8 --new-tokens 256 --repeats 1 --kv-cache-gib 16 $tp_args --out "$OUT/tp-speed"
+      if [ "${TP:-2}" = 3 ]; then
+        # shellcheck disable=SC2086
+        step tp-quality python3 -m s4kv.bench quality --model "$MODEL" --kv auto,int4_kivi --engine-arg enforce_eager=true \
+          $tp_args --out "$OUT/tp-quality"
+      fi
+      tar -C "$OUT" -czf "$OUT/tp-bench.tgz" tp-capacity tp-speed $( [ -d "$OUT/tp-quality" ] && echo tp-quality ) \
+        && rm -rf "$OUT"/tp-capacity "$OUT"/tp-speed "$OUT"/tp-quality ;;
     bench-serve)  # issue 19 (not run on a GPU yet): the highest request rate within the SLO p99 TTFT <= 2 s
       # and TPOT <= 50 ms, a 7B model with a 24 GB GPU's KV budget (4 GiB for every dtype), 4k-token
       # prompts and 512 new tokens; one server per dtype (the deploy launcher), `vllm bench serve` per
