@@ -25,6 +25,11 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   vgroup      values quantized per (token, group of G channels) instead of the whole head
   kblock      key statistics per T-token sub-block instead of the whole block
   kq, vq      0: keys (values) never quantized, to see which half of the error is whose
+  tail_v      4: the exact tail's values quantized as they arrive (per token, as pages store them;
+              a block's first token in 8 bits with first_value=8): only keys wait for the block
+  tail_k      8: the tail's keys in fp8 (e4m3, one scale per token, rotated basis)
+              (both: a smaller tail, fewer pages per running request; the query's own token stays
+              exact, as the step's input)
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ VARIANTS = {
     "window16": {"window": 16},
     "window32": {"window": 32},
     "window64": {"window": 64},
+    "first_value8+tail_v4": {"first_value": 8, "tail_v": 4},
+    "first_value8+tail_v4+tail_k8": {"first_value": 8, "tail_v": 4, "tail_k": 8},
 }
 
 
@@ -164,6 +171,12 @@ def kivi_sdpa(q, k, v, scale, var):
     kqr = kq.repeat_interleave(g, 0)
     vqr = vq.repeat_interleave(g, 0)
     s_ex = torch.matmul(qf, kf.transpose(-1, -2))
+    tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1) & (pos[None, :] != pos[:, None])
+    if var.get("tail_k"):  # the tail's keys (not the query's own) in fp8, per token, rotated basis
+        kr = fmt.rotate(k)
+        ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / torch.finfo(torch.float8_e4m3fn).max
+        k8 = (kr / ks).to(torch.float8_e4m3fn).float() * ks
+        s_ex = torch.where(tail, torch.matmul(qr, k8.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
@@ -172,7 +185,19 @@ def kivi_sdpa(q, k, v, scale, var):
     pq = torch.where(use_q, p[:, :, :nb * BS], 0.0)
     pe = p.clone()
     pe[:, :, :nb * BS] = torch.where(use_q, 0.0, p[:, :, :nb * BS])
-    o = torch.matmul(pe, vf) + fmt.unrotate(torch.matmul(pq, vqr))
+    if var.get("tail_v"):  # the tail's values (not the query's own) as pages store values, per token
+        assert not (var.get("sink") or var.get("vgroup")), "tail_v simulates the shipped value format only"
+        vr = fmt.rotate(v)
+        vc, vs = fmt.quantize_values(vr)
+        vt = fmt.dequantize_values(vc, vs)
+        if var.get("first_value") == 8:
+            first = pos % BS == 0
+            c8, s8 = fmt.quantize_values(vr[:, first], fmt.FIRST_VALUE_LEVELS)
+            vt[:, first] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
+        pt = torch.where(tail, pe, 0.0)
+        o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, vt.repeat_interleave(g, 0)))
+    else:
+        o = torch.matmul(pe, vf) + fmt.unrotate(torch.matmul(pq, vqr))
     return o.transpose(0, 1)
 
 
