@@ -28,13 +28,6 @@ MAX_PPL_DELTA_PCT = 0.5
 MIN_TOP1_AGREEMENT = 0.96
 
 
-def _omp_binding(ranks: int) -> str:
-    """One core per rank, round-robin over this process's cores: vLLM's CPU workers bind one NUMA
-    node each by default, and CI's machine has one node for three ranks."""
-    cores = sorted(os.sched_getaffinity(0))
-    return "|".join(str(cores[i % len(cores)]) for i in range(ranks))
-
-
 @pytest.fixture(scope="module")
 def measured():
     from s4kv.bench import worker
@@ -44,7 +37,7 @@ def measured():
     inputs = worker.quality_inputs(spec(model, "auto", params))
     out = {}
     with restored_environ():
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = _omp_binding(TP)
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = worker.cpu_rank_binding(TP)
         for kv in ("auto", "int4_kivi"):  # one engine at a time: three ranks each on two cores
             def start(kv=kv):
                 return worker.start_quality_engine(spec(model, kv, params), inputs["max_model_len"],

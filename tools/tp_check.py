@@ -53,9 +53,8 @@ def child(args) -> None:
              "tensor_parallel_size": args.tp, "skip_tokenizer_init": True}
     if args.tp > 1:
         extra["distributed_executor_backend"] = "mp"
-        if on_cpu:  # one core per rank, round-robin: vLLM's CPU workers bind a NUMA node each, CI has one
-            cores = sorted(os.sched_getaffinity(0))
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(cores[i % len(cores)]) for i in range(args.tp))
+        if on_cpu:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = worker.cpu_rank_binding(args.tp)
     llm, _ = worker.start_engine(spec, **extra)
     seqs = json.loads(Path(args.sequences).read_text())
     out = {"logprobs": [], "top1": []}
@@ -87,14 +86,15 @@ def sequences(model: str, context: int, n: int, seed: int) -> tuple[list[list[in
 
 def compare(a: dict, b: dict) -> dict:
     """|logprob difference| of the actual tokens and top-1 agreement, over every scored position."""
-    diffs, agree, n = [], 0, 0
-    for la, lb, ta, tb in zip(a["logprobs"], b["logprobs"], a["top1"], b["top1"], strict=True):
-        diffs += [abs(x - y) for x, y in zip(la, lb, strict=True)]
-        agree += sum(x == y for x, y in zip(ta, tb, strict=True))
-        n += len(ta)
-    diffs.sort()
+    from s4kv.bench import metrics
+
+    def flat(runs: list[list]) -> list:
+        return [x for run in runs for x in run]
+
+    diffs = sorted(abs(x - y) for x, y in zip(flat(a["logprobs"]), flat(b["logprobs"]), strict=True))
     return {"mean_abs": sum(diffs) / len(diffs), "p99_abs": diffs[int(0.99 * (len(diffs) - 1))],
-            "max_abs": diffs[-1], "top1_agreement": agree / n, "positions": n}
+            "max_abs": diffs[-1], "top1_agreement": metrics.top1_agreement(flat(a["top1"]), flat(b["top1"])),
+            "positions": len(diffs)}
 
 
 def main() -> int:

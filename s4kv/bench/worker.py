@@ -230,6 +230,14 @@ def engine_kwargs(spec: dict, **extra) -> dict:
     return kw
 
 
+def cpu_rank_binding(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for a CPU engine of `ranks` tensor-parallel ranks: one core per rank,
+    round-robin over this process's cores (vLLM's CPU workers bind one NUMA node each by default, and
+    a small machine has one node for several ranks)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return "|".join(str(cores[i % len(cores)]) for i in range(ranks))
+
+
 def start_engine(spec: dict, **extra):
     """An LLM; the KV cache size comes from kv_cache_bytes (same bytes for every dtype) when set."""
     if spec["params"].get("kv_cache_bytes"):

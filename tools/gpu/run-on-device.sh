@@ -20,6 +20,9 @@ cd "$(dirname "$0")/../.."
 source /root/s4kv-env.sh
 export PYTHONPATH="$PWD:${PYTHONPATH:-/tmp/site}"
 export PYTHONUNBUFFERED=1
+# NVLink multicast stays off on every lent machine (the device tool's rule: a program that uses it can
+# take the host's GPUs out of service); set here for every step, the multi-GPU ones above all
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/s4kv-out}
 mkdir -p "$OUT"
 MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
@@ -219,7 +222,6 @@ for s in "$@"; do
     tp-check)  # issue 22 (a machine of 2+ GPUs): teacher-forced logprobs at tensor_parallel_size TP (default 2)
       # against 1 for auto and int4_kivi, on random 4-layer checkpoints of the Qwen2.5-7B (2 kv heads per rank)
       # and Llama-3.1-8B (4) shapes (tools/tp_check.py: vLLM's dummy weights differ between TP sizes)
-      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule
       for m in qwen2.5-7b llama-3.1-8b; do
         step "tp-check-$m" python3 tools/tp_check.py --model "random:$m" --layers 4 --tp "${TP:-2}" \
           --json "$OUT/tp-check-$m.json"
@@ -227,7 +229,6 @@ for s in "$@"; do
     tp-bench)  # issue 22 (a machine of TP GPUs, default 2): KV capacity per engine and decode speed at the README's
       # 8k x 32 and 32k x 8 points for bf16, fp8 and int4_kivi at tensor_parallel_size TP; with TP=3 (four GPUs)
       # also SmolLM2's quality (3 kv heads: one per rank)
-      export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
       tp_args="--engine-arg tensor_parallel_size=${TP:-2} --engine-arg distributed_executor_backend=mp"
       # shellcheck disable=SC2086
       step tp-capacity python3 -m s4kv.bench capacity --model dummy:qwen2.5-7b --kv auto,fp8,int4_kivi \

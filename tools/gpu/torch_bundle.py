@@ -45,6 +45,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from forklayer.versions import get_pin  # the repository's VERSIONS reader
+
 CACHE = Path.home() / ".cache" / "s4kv-gpu" / "torch-wheels"
 TEMPLATE = Path(__file__).with_name("setup-torch-on-device.sh")
 STAGE = "/root/stage"
@@ -58,14 +61,6 @@ MARKERS = {"platform_system": "Linux", "sys_platform": "linux", "platform_machin
 
 def log(msg: str) -> None:
     print(f"[torch-bundle] {msg}", flush=True)
-
-
-def torch_pin(vllm: str) -> str:
-    for line in (ROOT / "VERSIONS").read_text().splitlines():
-        fields = line.split("#")[0].split()
-        if fields and fields[0] == vllm:
-            return fields[2]
-    sys.exit(f"vLLM {vllm} is not in VERSIONS")
 
 
 def requires(whl: Path) -> list[Requirement]:
@@ -108,36 +103,37 @@ def download_or_newer(req: Requirement) -> Path:
         return download(f"{req.name}>={floor}")
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 class Chunks:
-    """A write-only stream cut into files t0, t1, ... of at most `size` bytes."""
+    """A write-only stream cut into files t0, t1, ... of at most `size` bytes, hashed as written:
+    `hashes` holds each chunk's sha256 once closed, `total` the whole stream's."""
 
     def __init__(self, folder: Path, size: int):
         self.folder, self.size, self.paths, self.f, self.left = folder, size, [], None, 0
+        self.hashes, self.h, self.total = [], None, hashlib.sha256()
+
+    def _end_chunk(self) -> None:
+        if self.f:
+            self.f.close()
+            self.hashes.append(self.h.hexdigest())
+            self.f = None
 
     def write(self, data: bytes) -> int:
         view = memoryview(data)
+        self.total.update(view)
         while view:
             if not self.left:
-                if self.f:
-                    self.f.close()
+                self._end_chunk()
                 self.paths.append(self.folder / f"t{len(self.paths)}")
-                self.f, self.left = open(self.paths[-1], "wb"), self.size  # noqa: SIM115 - closed on the next chunk
+                self.f, self.left = open(self.paths[-1], "wb"), self.size  # noqa: SIM115 - closed in _end_chunk
+                self.h = hashlib.sha256()
             n = min(self.left, len(view))
             self.f.write(view[:n])
+            self.h.update(view[:n])
             view, self.left = view[n:], self.left - n
         return len(data)
 
     def close(self) -> None:
-        if self.f:
-            self.f.close()
+        self._end_chunk()
 
 
 def write_bundle(wheels: list[Path], out: Path, chunk_bytes: int) -> tuple[list[tuple[str, str]], str]:
@@ -150,19 +146,17 @@ def write_bundle(wheels: list[Path], out: Path, chunk_bytes: int) -> tuple[list[
         for w in wheels:
             tar.add(w, arcname=f"whl/{w.name}")
     sink.close()
-    chunks = [(p.name, sha256(p)) for p in sink.paths]
-    payload = hashlib.sha256()
-    for p in sink.paths:
-        payload.update(p.read_bytes())
+    chunks = [(p.name, h) for p, h in zip(sink.paths, sink.hashes, strict=True)]
+    payload = sink.total.hexdigest()
     facts = {"TORCH_WHEELS": " ".join(w.name for w in wheels), "TORCH_CHUNKS": " ".join(f"{n}={h}" for n, h in chunks),
-             "TORCH_PAYLOAD": payload.hexdigest()}
+             "TORCH_PAYLOAD": payload}
     script = TEMPLATE.read_text()
     for k, v in facts.items():
         script, n = re.subn(rf'^{k}=""$', f'{k}="{v}"', script, flags=re.MULTILINE)
         assert n == 1, k
     (out / "setup-torch.sh").write_text(script)
     (out / "setup-torch.sh").chmod(0o755)
-    return chunks, payload.hexdigest()
+    return chunks, payload
 
 
 def main() -> None:
@@ -175,7 +169,7 @@ def main() -> None:
     out = a.out or ROOT / (".gpu" + "".join(a.vllm.split(".")[1:2]))
     out.mkdir(parents=True, exist_ok=True)
 
-    torch_whl = download(f"torch=={torch_pin(a.vllm)}")
+    torch_whl = download(f"torch=={get_pin(a.vllm).torch}")
     vllm_whl = download(f"vllm=={a.vllm}")
     t_reqs, v_reqs = requires(torch_whl), requires(vllm_whl)
     wheels = [torch_whl, download_or_newer(pinned(t_reqs, "triton")),
