@@ -82,3 +82,29 @@ def test_chunks_refuse_missing_and_damaged_then_install(tmp_path):
     # run again: the finished install is skipped
     res = run_setup(bundle, stage, site, tmp_path)
     assert "already installed" in res.stdout
+
+
+def test_chunks_fit_beside_the_tree_in_one_call(tmp_path):
+    """A call sends the checkout's tree and its chunk, 64 MiB in all: the default chunk leaves 2 MiB
+    to spare beside the tree, and a call cut for a smaller tree is found before anything is sent
+    (a tree of 5.8 MiB, 7.1 MiB in 4 KiB blocks, beside make-bundle's 58 MiB chunks was refused)."""
+    MiB = 2**20
+    assert torch_bundle.fitting_chunk(1 * MiB) == 58 * MiB
+    assert torch_bundle.fitting_chunk(int(7.1 * MiB)) == 54 * MiB
+    assert torch_bundle.fitting_chunk(int(7.1 * MiB)) + int(7.1 * MiB) + 2 * MiB <= torch_bundle.CALL_LIMIT
+    assert torch_bundle.on_disk(1) == torch_bundle.on_disk(4096) == 4096 < torch_bundle.on_disk(4097)
+    (tmp_path / "c0").write_bytes(b"\0" * (58 * MiB))
+    (tmp_path / "c1").write_bytes(b"\0" * (52 * MiB))
+    (tmp_path / "setup.sh").write_bytes(b"#!/bin/sh\n")
+    calls = [{"carry": ["c0"]}, {"carry": ["c1", "setup.sh"]}]
+    tree = int(7.1 * MiB)
+    assert [i for i, _ in torch_bundle.oversized(calls, tree, tmp_path)] == [1]
+    assert torch_bundle.oversized(calls, 1 * MiB, tmp_path) == []
+
+
+def test_tree_bytes_counts_what_a_call_sends():
+    """tracked and untracked-not-ignored files in 4 KiB blocks: git's own listing, ignored bundles left out"""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"],
+                            capture_output=True, text=True, check=True).stdout.split("\n")
+    expected = sum(-(-(ROOT / n).stat().st_size // 4096) * 4096 for n in listed if n and (ROOT / n).is_file())
+    assert torch_bundle.tree_bytes() == expected > 0

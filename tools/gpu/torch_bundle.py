@@ -9,7 +9,12 @@ extensions do not load against torch 2.11. This step carries that stack in chunk
 the same ``/tmp/site`` before make-bundle's setup runs, so vLLM's own check already imports the new
 torch.
 
-    python3 tools/gpu/torch_bundle.py --vllm 0.33.0 [--out .gpu33] [--chunk-mib 58]
+    python3 tools/gpu/torch_bundle.py --vllm 0.33.0 [--out .gpu33] [--chunk-mib N]
+
+Each device call sends the checkout's tree as well as the chunk it carries, 64 MiB in all. The
+chunk size is chosen to fit beside the tree with 2 MiB to spare (at most make-bundle's 58 MiB), and
+the log says which ``--chunk-mib`` make-bundle needs for the same. A call that would not fit
+(make-bundle's chunks cut for a smaller tree) stops this with exit 6 before anything is printed.
 
 What is carried, and why (each from the wheel that pins it, never a hand-written version):
 * torch at the version ``VERSIONS`` gives for the release (its CUDA 13.0 build: the machine's
@@ -159,13 +164,48 @@ def write_bundle(wheels: list[Path], out: Path, chunk_bytes: int) -> tuple[list[
     return chunks, payload
 
 
+CALL_LIMIT = 64 * 2**20    # what one device call carries: the checkout's tree plus what `carry` names
+TREE_MARGIN = 2 * 2**20    # the tree grows between bundling and the calls (results, notes committed)
+MAX_CHUNK = 58 * 2**20     # make-bundle's default, kept while the tree is small
+
+
+def on_disk(size: int) -> int:
+    """A file's size in whole 4 KiB blocks, as `du` counts it: the device tool's count matched that
+    (58 MiB chunk + 5.8 MiB tree in bytes, 7.1 MiB in blocks: refused), not the bytes."""
+    return -(-size // 4096) * 4096
+
+
+def tree_bytes(root: Path = ROOT) -> int:
+    """What every call sends besides `carry`: tracked and untracked-not-ignored files, in blocks."""
+    names = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "-co", "--exclude-standard"],
+                           capture_output=True, check=True).stdout.split(b"\0")
+    return sum(on_disk((root / n.decode()).stat().st_size) for n in names if n and (root / n.decode()).is_file())
+
+
+def fitting_chunk(tree: int) -> int:
+    """The largest chunk (whole MiB) that one call carries beside the tree, with room for it to grow."""
+    return min(MAX_CHUNK, (CALL_LIMIT - tree - TREE_MARGIN) // 2**20 * 2**20)
+
+
+def oversized(calls: list[dict], tree: int, base: Path) -> list[tuple[int, int]]:
+    """(call number, bytes sent) for each call that the device tool would refuse."""
+    sent = [(i, tree + sum(on_disk((base / c).stat().st_size) for c in call["carry"] if (base / c).exists()))
+            for i, call in enumerate(calls, 1)]
+    return [(i, n) for i, n in sent if n > CALL_LIMIT]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", required=True, help="vLLM release (a line of VERSIONS)")
     ap.add_argument("--out", type=Path, default=None, help="bundle folder (default .gpu<major><minor>, "
                     "e.g. .gpu33: make-bundle's --out)")
-    ap.add_argument("--chunk-mib", type=float, default=58, help="chunk size limit (a call carries 64 MiB in all)")
+    ap.add_argument("--chunk-mib", type=float, default=None,
+                    help="chunk size limit (default: what fits beside the checkout's tree in a 64 MiB call, at most 58)")
     a = ap.parse_args()
+    tree = tree_bytes()
+    chunk = int(a.chunk_mib * 2**20) if a.chunk_mib else fitting_chunk(tree)
+    log(f"tree {tree / 2**20:.1f} MiB: chunks of {chunk / 2**20:.0f} MiB "
+        f"(make-bundle needs the same: --chunk-mib {chunk // 2**20})")
     out = a.out or ROOT / (".gpu" + "".join(a.vllm.split(".")[1:2]))
     out.mkdir(parents=True, exist_ok=True)
 
@@ -181,7 +221,7 @@ def main() -> None:
         log(f"carrying {w.name} ({w.stat().st_size / 2**20:.0f} MiB)")
     log("left to the image: " + "; ".join(left_out))
 
-    chunks, payload = write_bundle(wheels, out, int(a.chunk_mib * 2**20))
+    chunks, payload = write_bundle(wheels, out, chunk)
     rel = out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out
     mb = json.loads((out / "bundle.json").read_text()) if (out / "bundle.json").exists() else None
     vllm_calls = list((mb or {}).get("calls", []))
@@ -198,6 +238,12 @@ def main() -> None:
     (out / "torch-bundle.json").write_text(json.dumps({"vllm": a.vllm, "wheels": [w.name for w in wheels],
                                                         "left_to_image": left_out, "chunks": chunks,
                                                         "payload_sha256": payload, "calls": seq}, indent=1))
+    too_big = oversized(seq, tree, ROOT)
+    for i, n in too_big:
+        log(f"call {i} would send {n / 2**20:.1f} MiB (limit 64 MiB with the tree): "
+            f"re-run make-bundle and this with --chunk-mib {fitting_chunk(tree) // 2**20}")
+    if too_big:
+        sys.exit(6)
     total = sum((out / n).stat().st_size for n, _ in chunks)
     log(f"{len(chunks)} torch chunks, {total / 2**20:.1f} MiB; {len(seq)} calls in all (torch's first), back to back:")
     for i, c in enumerate(seq, 1):
