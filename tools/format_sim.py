@@ -27,6 +27,9 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   kq, vq      0: keys (values) never quantized, to see which half of the error is whose
   tail_v      4: the exact tail's values quantized as they arrive (per token, as pages store them;
               a block's first token in 8 bits with first_value=8): only keys wait for the block
+  sink_bits   8: block 0 (the attention sink) in 8 bits, keys per channel (first key exact, as in
+              every block), values per token: twice a page's codes, one extra page per request,
+              and in pages, so prefix hits and preemption keep it
   tail_k      8: the tail's keys in fp8 (e4m3, one scale per token, rotated basis)
               (both: a smaller tail, fewer pages per running request; the query's own token stays
               exact, as the step's input)
@@ -73,6 +76,9 @@ VARIANTS = {
     "window16": {"window": 16},
     "window32": {"window": 32},
     "window64": {"window": 64},
+    "first_value8+sink8": {"first_value": 8, "sink_bits": 8},
+    "first_value8+sink128": {"first_value": 8, "sink": 128},
+    "first_value8+sink8+tail_v4": {"first_value": 8, "sink_bits": 8, "tail_v": 4},
     "first_value8+tail_v4": {"first_value": 8, "tail_v": 4},
     "first_value8+tail_v4+tail_k8": {"first_value": 8, "tail_v": 4, "tail_k": 8},
 }
@@ -93,7 +99,7 @@ def bytes_per_token(v: dict, d: int = 128) -> float:
     return b
 
 
-def _keys(x: torch.Tensor, excl: torch.Tensor) -> torch.Tensor:
+def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS) -> torch.Tensor:
     """Per-channel keys as s4kv.format quantizes them, over groups of tokens: x [H, G, T, D] (fp16
     range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
     with every token excluded gets min 0 and scale 0 (its codes are unused)."""
@@ -103,8 +109,8 @@ def _keys(x: torch.Tensor, excl: torch.Tensor) -> torch.Tensor:
     mx = torch.where(e, -big, x).amax(dim=-2)
     none = excl.all(dim=-1)[None, :, None]
     mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
-    scale = fmt.fp16_up((mx - mn) / fmt.CODE_LEVELS)
-    codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, fmt.CODE_LEVELS)
+    scale = fmt.fp16_up((mx - mn) / levels)
+    codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, levels)
     return fmt.dequantize_keys(codes, scale, mn)
 
 
@@ -140,6 +146,10 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     elif var.get("first_value") == 8:  # 8-bit codes, as s4kv.format stores the first value
         c8, s8 = fmt.quantize_values(vb[:, :, 0], fmt.FIRST_VALUE_LEVELS)
         vq[:, :, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
+    if var.get("sink_bits") == 8:  # block 0 in 8 bits: keys per channel, values per token (2 pages)
+        kq[:, 0] = _keys(x[:, :1], excl[:1], fmt.FIRST_VALUE_LEVELS)[:, 0]
+        c8, s8 = fmt.quantize_values(vb[:, 0], fmt.FIRST_VALUE_LEVELS)
+        vq[:, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
     kq = torch.where(kx[None, :, :, None], k16, kq)
     vq = torch.where(vx[None, :, :, None], v16, vq)
     if var.get("kq", 1) == 0:
@@ -210,6 +220,9 @@ def main(argv=None) -> int:
                          "(more positions: a smaller standard error; default 1, what the engine bench scores)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--model", default=None, help="HF directory (default: the converted SmolLM2)")
+    ap.add_argument("--against", default=None,
+                    help="also compare every variant with this one, paired position by position (its "
+                         "standard error is that of the difference, smaller than either's against bf16)")
     args = ap.parse_args(argv)
 
     from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
@@ -261,6 +274,7 @@ def main(argv=None) -> int:
 
         current["var"] = None
         ref_lp, ref_top = score()
+        scored = {}
         for name in names:
             var = VARIANTS[name]
             t0 = time.time()
@@ -271,6 +285,18 @@ def main(argv=None) -> int:
             bpt = "-" if var is None else f"{bytes_per_token(var):g}"
             print(f"| {dt} | {name} | {bpt} | {d:+.3f}% | {dse:.3f}% | {a:.4f} | {ase:.4f} |"
                   f"  <!-- {time.time() - t0:.0f} s -->", flush=True)
+            scored[name] = (lp, top)
+        if args.against in scored:
+            base_lp, base_top = scored[args.against]
+            print(f"\n| model dtype | variant | Δ perplexity against {args.against} | SE (paired) | "
+                  f"top-1 agreement with bf16, difference | SE (paired) |\n|---|---|---|---|---|---|")
+            for name, (lp, top) in scored.items():
+                if name == args.against:
+                    continue
+                d, dse = metrics.ppl_delta_with_error(lp, base_lp)
+                hit = [float(t == r) - float(b == r) for t, b, r in zip(top, base_top, ref_top)]
+                m, mse = metrics.batch_means(hit)
+                print(f"| {dt} | {name} | {d:+.3f}% | {dse:.3f}% | {m:+.4f} | {mse:.4f} |")
     return 0
 
 

@@ -1,0 +1,49 @@
+"""tools/format_sim.py's knobs change what they say and nothing else: fake_quantize on random
+keys and values, compared with the exact rotated tensors (no model needed)."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import format_sim
+
+from s4kv import format as fmt
+
+BS = fmt.BLOCK_SIZE
+
+
+def _kv(blocks: int = 3, heads: int = 2, d: int = 64):
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(heads, blocks * BS, d, generator=g).to(torch.bfloat16)
+    v = torch.randn(heads, blocks * BS, d, generator=g).to(torch.bfloat16)
+    return k, v
+
+
+def _err(x, exact):
+    return (x - exact).abs().mean(dim=(0, 2))  # per position
+
+
+def test_sink_bits_8_quantizes_block_0_finer_and_leaves_the_rest():
+    k, v = _kv()
+    kr, vr = fmt.rotate(k.float()), fmt.rotate(v.float())
+    k4, v4 = format_sim.fake_quantize(k, v, {"first_value": 8})
+    k8, v8 = format_sim.fake_quantize(k, v, {"first_value": 8, "sink_bits": 8})
+    # block 0: 8-bit codes, an error an order of magnitude below 4-bit's (255 vs 15 levels)
+    assert _err(k8, kr)[1:BS].mean() < _err(k4, kr)[1:BS].mean() / 8
+    assert _err(v8, vr)[1:BS].mean() < _err(v4, vr)[1:BS].mean() / 8
+    # the first key stays exact (16-bit) as in every block; later blocks are untouched
+    assert torch.equal(k8[:, 0], k4[:, 0])
+    assert torch.equal(k8[:, BS:], k4[:, BS:]) and torch.equal(v8[:, BS:], v4[:, BS:])
+
+
+def test_exact_sink_keeps_block_0_as_16_bit():
+    k, v = _kv()
+    ks, vs = format_sim.fake_quantize(k, v, {"first_value": 8, "sink": BS})
+    exact = fmt.first_key_dtype(k.dtype)  # what the format keeps an exact token in
+    kr, vr = fmt.rotate(k).to(exact).float(), fmt.rotate(v).to(exact).float()
+    assert torch.equal(ks[:, :BS], kr[:, :BS]) and torch.equal(vs[:, :BS], vr[:, :BS])
+    k4, _ = format_sim.fake_quantize(k, v, {"first_value": 8})
+    assert not torch.equal(k4[:, 1:BS], kr[:, 1:BS])
