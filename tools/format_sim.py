@@ -70,6 +70,7 @@ VARIANTS = {
     "sink128+recent256": {"sink": 128, "recent": 256},
     "keys_only": {"vq": 0},
     "values_only": {"kq": 0},
+    "first_value8+values_only": {"first_value": 8, "kq": 0},  # the shipped values, exact keys
     "vgroup64": {"vgroup": 64},
     "vgroup32": {"vgroup": 32},
     "kblock64": {"kblock": 64},
