@@ -47,3 +47,15 @@ def test_exact_sink_keeps_block_0_as_16_bit():
     assert torch.equal(ks[:, :BS], kr[:, :BS]) and torch.equal(vs[:, :BS], vr[:, :BS])
     k4, _ = format_sim.fake_quantize(k, v, {"first_value": 8})
     assert not torch.equal(k4[:, 1:BS], kr[:, 1:BS])
+
+
+def test_code_bits_move_the_error_between_keys_and_values():
+    k, v = _kv()
+    kr, vr = fmt.rotate(k.float()), fmt.rotate(v.float())
+    k44, v44 = format_sim.fake_quantize(k, v, {"first_value": 8})
+    k53, v53 = format_sim.fake_quantize(k, v, {"first_value": 8, "kbits": 5, "vbits": 3})
+    body = slice(1, None)  # past the first token (exact key, 8-bit value)
+    assert _err(k53, kr)[body].mean() < _err(k44, kr)[body].mean() * 0.6
+    assert _err(v53, vr)[body].mean() > _err(v44, vr)[body].mean() * 1.6
+    k44b, v44b = format_sim.fake_quantize(k, v, {"first_value": 8, "kbits": 4, "vbits": 4})
+    assert torch.equal(k44b, k44) and torch.equal(v44b, v44)  # the defaults are the shipped format

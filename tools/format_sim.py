@@ -30,6 +30,7 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   sink_bits   8: block 0 (the attention sink) in 8 bits, keys per channel (first key exact, as in
               every block), values per token: twice a page's codes, one extra page per request,
               and in pages, so prefix hits and preemption keep it
+  kbits, vbits  code bits of keys and values (4 and 4 shipped; 5 and 3 keep the bytes per token)
   tail_k      8: the tail's keys in fp8 (e4m3, one scale per token, rotated basis)
               (both: a smaller tail, fewer pages per running request; the query's own token stays
               exact, as the step's input)
@@ -71,6 +72,7 @@ VARIANTS = {
     "keys_only": {"vq": 0},
     "values_only": {"kq": 0},
     "first_value8+values_only": {"first_value": 8, "kq": 0},  # the shipped values, exact keys
+    "first_value8+k5v3": {"first_value": 8, "kbits": 5, "vbits": 3},
     "vgroup64": {"vgroup": 64},
     "vgroup32": {"vgroup": 32},
     "kblock64": {"kblock": 64},
@@ -130,11 +132,12 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     excl[0, :min(sink, BS)] = True
     x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
     tb = var.get("kblock", BS)  # key statistics per sub-block of tb tokens (default: the block)
-    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb)).reshape(h, nb, BS, d)
+    klev, vlev = 2 ** var.get("kbits", 4) - 1, 2 ** var.get("vbits", 4) - 1
+    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb), klev).reshape(h, nb, BS, d)
     gsz = var.get("vgroup", d)
     vg = vb.reshape(h, nb, BS, d // gsz, gsz)
-    vc, vs = fmt.quantize_values(vg)
-    vq = fmt.dequantize_values(vc, vs).reshape(h, nb, BS, d)
+    vc, vs = fmt.quantize_values(vg, vlev)
+    vq = fmt.dequantize_values(vc, vs, vlev).reshape(h, nb, BS, d)
     exact16 = torch.zeros(nb, BS, dtype=torch.bool)  # K and V of these tokens stay 16-bit exact
     exact16[0, :min(sink, BS)] = True
     k16 = kb.to(fmt.first_key_dtype(k.dtype)).float()
