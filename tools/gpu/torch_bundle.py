@@ -14,7 +14,7 @@ torch.
 Each device call sends the checkout's tree as well as the chunk it carries, 64 MiB in all. The
 chunk size is chosen to fit beside the tree with 2 MiB to spare (at most make-bundle's 58 MiB), and
 the log says which ``--chunk-mib`` make-bundle needs for the same. A call that would not fit
-(make-bundle's chunks cut for a smaller tree) stops this with exit 6 before anything is printed.
+(make-bundle's chunks cut for a smaller tree) stops this with exit 6 before any call is printed.
 
 What is carried, and why (each from the wheel that pins it, never a hand-written version):
 * torch at the version ``VERSIONS`` gives for the release (its CUDA 13.0 build: the machine's
