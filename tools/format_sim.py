@@ -73,6 +73,10 @@ VARIANTS = {
     "values_only": {"kq": 0},
     "first_value8+values_only": {"first_value": 8, "kq": 0},  # the shipped values, exact keys
     "first_value8+k5v3": {"first_value": 8, "kbits": 5, "vbits": 3},
+    "first_value8+kblock64": {"first_value": 8, "kblock": 64},
+    "first_value8+kblock32": {"first_value": 8, "kblock": 32},
+    # a quantized first key frees its 16 bits (and the 8-bit first value loses the codes it used)
+    "no_first_key+kblock64": {"first_key": 0, "kblock": 64},
     "vgroup64": {"vgroup": 64},
     "vgroup32": {"vgroup": 32},
     "kblock64": {"kblock": 64},
