@@ -59,3 +59,17 @@ def test_code_bits_move_the_error_between_keys_and_values():
     assert _err(v53, vr)[body].mean() > _err(v44, vr)[body].mean() * 1.6
     k44b, v44b = format_sim.fake_quantize(k, v, {"first_value": 8, "kbits": 4, "vbits": 4})
     assert torch.equal(k44b, k44) and torch.equal(v44b, v44)  # the defaults are the shipped format
+
+
+def test_fp8_key_statistics_per_64_tokens_cost_the_shipped_bytes():
+    shipped = {"first_value": 8}
+    fine = {"first_value": 8, "kblock": 64}
+    fine8 = {"first_value": 8, "kblock": 64, "kstat8": 1}
+    assert format_sim.bytes_per_token(fine8) == format_sim.bytes_per_token(shipped) == 136
+    assert format_sim.bytes_per_token(fine) == 140
+    k, v = _kv()
+    kr = fmt.rotate(k.float())
+    e = {name: _err(format_sim.fake_quantize(k, v, var)[0], kr)[1:].mean().item()
+         for name, var in (("shipped", shipped), ("fine", fine), ("fine8", fine8))}
+    # fp8 statistics are coarser than fp16 ones over the same tokens, and stay in the codes' range
+    assert e["fine"] < e["fine8"] < 2 * e["fine"]

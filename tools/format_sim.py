@@ -30,6 +30,8 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   sink_bits   8: block 0 (the attention sink) in 8 bits, keys per channel (first key exact, as in
               every block), values per token: twice a page's codes, one extra page per request,
               and in pages, so prefix hits and preemption keep it
+  kstat8      1: key statistics (minimum, scale) in fp8 e4m3 instead of fp16: with kblock=64, the
+              same 4 bytes per token as fp16 statistics per 128 tokens
   kbits, vbits  code bits of keys and values (4 and 4 shipped; 5 and 3 keep the bytes per token)
   tail_k      8: the tail's keys in fp8 (e4m3, one scale per token, rotated basis)
               (both: a smaller tail, fewer pages per running request; the query's own token stays
@@ -75,6 +77,7 @@ VARIANTS = {
     "first_value8+k5v3": {"first_value": 8, "kbits": 5, "vbits": 3},
     "first_value8+kblock64": {"first_value": 8, "kblock": 64},
     "first_value8+kblock32": {"first_value": 8, "kblock": 32},
+    "first_value8+kblock64+kstat8": {"first_value": 8, "kblock": 64, "kstat8": 1},
     # a quantized first key frees its 16 bits (and the 8-bit first value loses the codes it used)
     "no_first_key+kblock64": {"first_key": 0, "kblock": 64},
     "vgroup64": {"vgroup": 64},
@@ -102,11 +105,16 @@ def bytes_per_token(v: dict, d: int = 128) -> float:
     if v.get("vgroup"):
         b += 2 * (d // v["vgroup"] - 1)
     if v.get("kblock"):
-        b += 4 * d / v["kblock"] - 4 * d / BS
+        b += (2 if v.get("kstat8") else 4) * d / v["kblock"] - 4 * d / BS
     return b
 
 
-def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS) -> torch.Tensor:
+def _fp8(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to the nearest e4m3 value (saturating at ±448)."""
+    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+
+
+def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, stat8: bool = False) -> torch.Tensor:
     """Per-channel keys as s4kv.format quantizes them, over groups of tokens: x [H, G, T, D] (fp16
     range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
     with every token excluded gets min 0 and scale 0 (its codes are unused)."""
@@ -116,7 +124,11 @@ def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS) ->
     mx = torch.where(e, -big, x).amax(dim=-2)
     none = excl.all(dim=-1)[None, :, None]
     mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
-    scale = fmt.fp16_up((mx - mn) / levels)
+    if stat8:  # minimum and scale stored in fp8 (e4m3), nearest; codes clamp what falls outside
+        mn = _fp8(mn)
+        scale = _fp8((mx - mn) / levels)
+    else:
+        scale = fmt.fp16_up((mx - mn) / levels)
     codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, levels)
     return fmt.dequantize_keys(codes, scale, mn)
 
@@ -137,7 +149,8 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
     tb = var.get("kblock", BS)  # key statistics per sub-block of tb tokens (default: the block)
     klev, vlev = 2 ** var.get("kbits", 4) - 1, 2 ** var.get("vbits", 4) - 1
-    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb), klev).reshape(h, nb, BS, d)
+    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb), klev,
+               bool(var.get("kstat8"))).reshape(h, nb, BS, d)
     gsz = var.get("vgroup", d)
     vg = vb.reshape(h, nb, BS, d // gsz, gsz)
     vc, vs = fmt.quantize_values(vg, vlev)
