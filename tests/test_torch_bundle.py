@@ -102,9 +102,17 @@ def test_chunks_fit_beside_the_tree_in_one_call(tmp_path):
     assert torch_bundle.oversized(calls, 1 * MiB, tmp_path) == []
 
 
-def test_tree_bytes_counts_what_a_call_sends():
-    """tracked and untracked-not-ignored files in 4 KiB blocks: git's own listing, ignored bundles left out"""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout.split("\n")
-    expected = sum(-(-(ROOT / n).stat().st_size // 4096) * 4096 for n in listed if n and (ROOT / n).is_file())
-    assert torch_bundle.tree_bytes() == expected > 0
+def test_tree_bytes_counts_what_a_call_sends(tmp_path):
+    """tracked and untracked-not-ignored files, each in whole 4 KiB blocks; ignored ones (the
+    bundle's chunks) left out"""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("/.gpu33/\n")
+    (tmp_path / "tracked.py").write_bytes(b"x" * 5000)
+    git("add", ".gitignore", "tracked.py")
+    (tmp_path / "untracked.md").write_bytes(b"y" * 10)
+    (tmp_path / ".gpu33").mkdir()
+    (tmp_path / ".gpu33" / "t0").write_bytes(b"z" * 3 * 2**20)
+    assert torch_bundle.tree_bytes(tmp_path) == 4096 + 2 * 4096 + 4096  # .gitignore, tracked.py, untracked.md

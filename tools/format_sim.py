@@ -109,9 +109,12 @@ def bytes_per_token(v: dict, d: int = 128) -> float:
     return b
 
 
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
+
+
 def _fp8(x: torch.Tensor) -> torch.Tensor:
-    """x rounded to the nearest e4m3 value (saturating at ±448)."""
-    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+    """x rounded to the nearest e4m3 value (saturating at ±FP8_MAX), back in fp32."""
+    return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float()
 
 
 def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, stat8: bool = False) -> torch.Tensor:
@@ -205,8 +208,8 @@ def kivi_sdpa(q, k, v, scale, var):
     tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1) & (pos[None, :] != pos[:, None])
     if var.get("tail_k"):  # the tail's keys (not the query's own) in fp8, per token, rotated basis
         kr = fmt.rotate(k)
-        ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / torch.finfo(torch.float8_e4m3fn).max
-        k8 = (kr / ks).to(torch.float8_e4m3fn).float() * ks
+        ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / FP8_MAX
+        k8 = _fp8(kr / ks) * ks
         s_ex = torch.where(tail, torch.matmul(qr, k8.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr, kqr.transpose(-1, -2))
     s = s_ex.clone()
