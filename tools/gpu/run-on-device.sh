@@ -35,6 +35,11 @@ status=0
 DECODE_POINTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
 DETACHED=/root/s4kv-detached   # the detached run's OUT, log and pid
 
+# a lease's numbers are only worth having on the torch the installed vLLM pins (a missing torch chunk
+# once left vLLM 0.33.0 running on the image's torch 2.11): refuse every step otherwise (exit 7)
+if [ "${1:-}" != "collect" ]; then
+  python3 tools/gpu/torch_pin.py || exit $?
+fi
 if [ "${1:-}" = "--detach" ]; then
   shift; rm -rf $DETACHED; mkdir -p $DETACHED/out
   OUT=$DETACHED/out setsid nohup bash "$0" "$@" >$DETACHED/log 2>&1 </dev/null &
