@@ -73,3 +73,59 @@ def test_fp8_key_statistics_per_64_tokens_cost_the_shipped_bytes():
          for name, var in (("shipped", shipped), ("fine", fine), ("fine8", fine8))}
     # fp8 statistics are coarser than fp16 ones over the same tokens, and stay in the codes' range
     assert e["fine"] < e["fine8"] < 2 * e["fine"]
+
+
+def test_keys_in_the_model_basis_keep_a_channel_outlier_to_its_own_channel():
+    k, v = _kv()
+    k = k.float()
+    k[..., 5] *= 30  # one outlier channel, as RoPE'd keys have
+    k = k.to(torch.bfloat16)
+    rot = {"first_value": 8}
+    plain = {"first_value": 8, "krot": 0}
+    kq_rot, vq_rot = format_sim.fake_quantize(k, v, rot)
+    kq_plain, vq_plain = format_sim.fake_quantize(k, v, plain)
+    assert torch.equal(vq_plain, vq_rot)  # the values stay rotated and untouched
+    assert torch.equal(kq_plain[:, ::BS], k.float()[:, ::BS])  # first keys exact, model basis
+    body = [i for i in range(k.shape[1]) if i % BS]
+    # in one basis: per-channel statistics keep the outlier's range out of the other channels
+    err_rot = _err(fmt.unrotate(kq_rot), k.float())[body].mean()
+    err_plain = _err(kq_plain, k.float())[body].mean()
+    assert err_plain < err_rot / 2
+    assert format_sim.bytes_per_token(plain) == format_sim.bytes_per_token(rot)
+
+
+def test_sink_key_only_frees_the_first_key_slot_of_later_blocks():
+    k, v = _kv()
+    kr = fmt.rotate(k.float())
+    exact = fmt.first_key_dtype(k.dtype)
+    sinkkey = {"first_value": 8, "first_key": 2}
+    kq, _ = format_sim.fake_quantize(k, v, sinkkey)
+    assert torch.equal(kq[:, 0], fmt.rotate(k).to(exact).float()[:, 0])  # the sink's key exact
+    assert not torch.equal(kq[:, BS], kr.to(exact).float()[:, BS])  # later first keys quantized
+    assert format_sim.bytes_per_token(sinkkey) == 134
+    assert format_sim.bytes_per_token({**sinkkey, "kmin64": 1}) == 136
+
+
+def test_a_minimum_per_half_block_follows_a_drifting_channel():
+    # keys that drift along the block (as low-frequency RoPE channels do): a minimum per 64 tokens
+    # with one shared scale halves the range each code spans, and never exceeds scale / 2 in error
+    g = torch.Generator().manual_seed(1)
+    t = torch.arange(3 * BS, dtype=torch.float32)
+    k = (torch.randn(2, 3 * BS, 64, generator=g) * 0.1 + (t % BS / BS)[None, :, None] * 4).to(torch.bfloat16)
+    v = torch.randn(2, 3 * BS, 64, generator=g).to(torch.bfloat16)
+    x = k.float()  # in the model basis (krot=0) the drift stays in every channel
+    base = {"first_value": 8, "first_key": 2, "krot": 0}
+    e_block = _err(format_sim.fake_quantize(k, v, base)[0], x)[BS:].mean()
+    kq, _ = format_sim.fake_quantize(k, v, {**base, "kmin64": 1})
+    e_half = _err(kq, x)[BS:].mean()
+    assert e_half < 0.6 * e_block
+    assert torch.equal(kq[:, :BS], format_sim.fake_quantize(k, v, base)[0][:, :BS])  # block 0 as before
+
+
+def test_least_squares_key_statistics_lower_the_squared_error():
+    k, v = _kv()
+    kr = fmt.rotate(k.float())
+    body = [i for i in range(k.shape[1]) if i % BS]
+    mse = {n: ((format_sim.fake_quantize(k, v, {"first_value": 8, "kfit": n})[0] - kr)[:, body] ** 2).mean()
+           for n in (0, 3)}
+    assert mse[3] < 0.95 * mse[0]

@@ -34,6 +34,18 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               same 4 bytes per token as fp16 statistics per 128 tokens
   kbits, vbits  code bits of keys and values (4 and 4 shipped; 5 and 3 keep the bytes per token)
   tail_k      8: the tail's keys in fp8 (e4m3, one scale per token, rotated basis)
+  first_key   2: only block 0's first key (the attention sink) exact; other blocks' first keys are
+              quantized with the rest, and their 256 bytes of first-key slot are free (kmin64)
+  kmin64      1: in blocks whose first-key slot is free (first_key=2: every block but block 0),
+              key minimum per 64-token half in that slot, the block's one scale shared by both
+              halves: key statistics follow the tokens twice as closely at the shipped 136 bytes
+  kfit        N: key minimum and scale fitted by least squares (N rounds of fit, re-round) instead
+              of min-max: the same bytes, a smaller squared error, codes clamp what the range
+              leaves out (the format's |error| <= scale/2 bound no longer holds)
+  krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
+              per-channel statistics already follow a channel's own range, which the rotation
+              spreads over all channels; with token 0's key exact, no token outlier is left in
+              the statistics for the rotation to spread (queries then meet pages unrotated)
               (both: a smaller tail, fewer pages per running request; the query's own token stays
               exact, as the step's input)
 """
@@ -91,6 +103,13 @@ VARIANTS = {
     "first_value8+sink8+tail_v4": {"first_value": 8, "sink_bits": 8, "tail_v": 4},
     "first_value8+tail_v4": {"first_value": 8, "tail_v": 4},
     "first_value8+tail_v4+tail_k8": {"first_value": 8, "tail_v": 4, "tail_k": 8},
+    "first_value8+sinkkey": {"first_value": 8, "first_key": 2},
+    "first_value8+sinkkey+kmin64": {"first_value": 8, "first_key": 2, "kmin64": 1},
+    "first_value8+sinkkey+kblock64": {"first_value": 8, "first_key": 2, "kblock": 64},
+    "first_value8+k5": {"first_value": 8, "kbits": 5},
+    "first_value8+kfit3": {"first_value": 8, "kfit": 3},
+    "first_value8+krot0": {"first_value": 8, "krot": 0},
+    "first_value8+krot0+kblock64": {"first_value": 8, "krot": 0, "kblock": 64},
 }
 
 
@@ -98,12 +117,13 @@ def bytes_per_token(v: dict, d: int = 128) -> float:
     """Page bytes per token per kv head of a variant (the sink and a longer recent window are
     per-request memory, not page bytes)."""
     b = fmt.bytes_per_token_per_head(d)
-    if v.get("first_key", 1) == 0:
-        b -= 2 * d / BS
+    if v.get("first_key", 1) == 0 or (v.get("first_key") == 2 and not v.get("kmin64")):
+        b -= 2 * d / BS  # (first_key=2 without kmin64: block 0's page keeps the slot, others need none)
     if v.get("first_value") == 1:
         b += 2 * d / BS
     if v.get("vgroup"):
         b += 2 * (d // v["vgroup"] - 1)
+    b += (v.get("kbits", 4) - 4 + v.get("vbits", 4) - 4) * d / 8  # code bits beyond 4 per element
     if v.get("kblock"):
         b += (2 if v.get("kstat8") else 4) * d / v["kblock"] - 4 * d / BS
     return b
@@ -117,10 +137,56 @@ def _fp8(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float()
 
 
-def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, stat8: bool = False) -> torch.Tensor:
+def _fit_keys(x: torch.Tensor, keep: torch.Tensor, mn: torch.Tensor, scale: torch.Tensor,
+              levels: int, rounds: int):
+    """Least-squares minimum and scale per (group, channel): from the min-max ones, `rounds` times
+    fit x ~ code * scale + min over the kept tokens with the codes fixed, then re-round the codes;
+    a channel keeps whichever statistics (fp16-rounded) gave the smaller squared error."""
+    def sse(m, sc):
+        c = torch.floor((x - m.unsqueeze(-2)) * fmt._inverse(sc).unsqueeze(-2) + 0.5).clamp(0, levels)
+        return (((fmt.dequantize_keys(c, sc, m) - x) ** 2) * keep).sum(-2), c
+    best_err, c = sse(mn, scale)
+    best_mn, best_sc = mn, scale
+    n = keep.sum(-2)
+    for _ in range(rounds):
+        cf = c * keep
+        sc_, s_x = cf.sum(-2), (x * keep).sum(-2)
+        scc, scx = (cf * c).sum(-2), (cf * x).sum(-2)
+        det = n * scc - sc_ * sc_
+        ok = det > 0
+        sc_new = torch.where(ok, (n * scx - sc_ * s_x) / torch.where(ok, det, 1.0), scale)
+        mn_new = torch.where(ok, (s_x - sc_new * sc_) / n.clamp(min=1), mn)
+        mn_new, sc_new = mn_new.to(torch.float16).float(), sc_new.clamp(min=0).to(torch.float16).float()
+        err, c = sse(mn_new, sc_new)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best_mn, best_sc = torch.where(better, mn_new, best_mn), torch.where(better, sc_new, best_sc)
+    return best_mn, best_sc
+
+
+def _keys_min64(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS) -> torch.Tensor:
+    """Keys with a minimum per 64-token half and one scale per block: x [H, G, T, D], excl [G, T]
+    -> dequantized [H, G, T, D]. The scale covers the wider half's range, so no code clamps."""
+    h, g, t, d = x.shape
+    xh = x.reshape(h, g, 2, t // 2, d)
+    e = excl.reshape(1, g, 2, t // 2, 1)
+    big = torch.finfo(torch.float32).max
+    mn = fmt.fp16_down(torch.where(e, big, xh).amin(dim=-2))  # [H, G, 2, D]
+    mx = torch.where(e, -big, xh).amax(dim=-2)
+    none = excl.reshape(g, 2, t // 2).all(dim=-1)[None, :, :, None]
+    mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
+    scale = fmt.fp16_up((mx - mn).amax(dim=-2) / levels)  # [H, G, D]
+    inv = fmt._inverse(scale)[:, :, None, None, :]
+    codes = torch.floor((xh - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, levels)
+    return (codes * scale[:, :, None, None, :] + mn.unsqueeze(-2)).reshape(h, g, t, d)
+
+
+def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, stat8: bool = False,
+          fit: int = 0) -> torch.Tensor:
     """Per-channel keys as s4kv.format quantizes them, over groups of tokens: x [H, G, T, D] (fp16
     range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
-    with every token excluded gets min 0 and scale 0 (its codes are unused)."""
+    with every token excluded gets min 0 and scale 0 (its codes are unused). fit > 0: the
+    statistics fitted by least squares (_fit_keys) instead of min-max."""
     big = torch.finfo(torch.float32).max
     e = excl[None, :, :, None]
     mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
@@ -132,28 +198,35 @@ def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, st
         scale = _fp8((mx - mn) / levels)
     else:
         scale = fmt.fp16_up((mx - mn) / levels)
+    if fit:
+        mn, scale = _fit_keys(x, (~e).float(), mn, scale, levels, fit)
     codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, levels)
     return fmt.dequantize_keys(codes, scale, mn)
 
 
 def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     """k, v [H, T, D] exact (model dtype), T a multiple of BS -> dequantized k, v fp32 in the
-    rotated basis, [H, T, D], as the variant stores them."""
+    rotated basis (keys in the model's basis with krot=0), [H, T, D], as the variant stores them."""
     h, t, d = k.shape
     nb = t // BS
-    kb = fmt.rotate(k).reshape(h, nb, BS, d)
+    kb = (fmt.rotate(k) if var.get("krot", 1) else k.float()).reshape(h, nb, BS, d)
     vb = fmt.rotate(v).reshape(h, nb, BS, d)
     sink = var.get("sink", 0)
     # Key stats: tokens that are stored exact are left out (today: token 0 of every block).
     excl = torch.zeros(nb, BS, dtype=torch.bool)
-    if var.get("first_key", 1):
+    if var.get("first_key", 1) == 2:
+        excl[0, 0] = True  # the sink's key only
+    elif var.get("first_key", 1):
         excl[:, 0] = True
     excl[0, :min(sink, BS)] = True
     x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
     tb = var.get("kblock", BS)  # key statistics per sub-block of tb tokens (default: the block)
     klev, vlev = 2 ** var.get("kbits", 4) - 1, 2 ** var.get("vbits", 4) - 1
     kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb), klev,
-               bool(var.get("kstat8"))).reshape(h, nb, BS, d)
+               bool(var.get("kstat8")), var.get("kfit", 0)).reshape(h, nb, BS, d)
+    if var.get("kmin64"):
+        assert var.get("first_key") == 2 and tb == BS, "kmin64 takes the first-key slot of blocks 1.."
+        kq[:, 1:] = _keys_min64(x[:, 1:], excl[1:], klev)
     gsz = var.get("vgroup", d)
     vg = vb.reshape(h, nb, BS, d // gsz, gsz)
     vc, vs = fmt.quantize_values(vg, vlev)
@@ -168,8 +241,10 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     if var.get("first_value") == 1:
         vx[:, 0] = True
     elif var.get("first_value") == 8:  # 8-bit codes, as s4kv.format stores the first value
-        c8, s8 = fmt.quantize_values(vb[:, :, 0], fmt.FIRST_VALUE_LEVELS)
-        vq[:, :, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
+        # its high nibbles take the exact first key's unused code row: with first_key=2 only block 0 has one
+        fb = 1 if var.get("first_key") == 2 else nb
+        c8, s8 = fmt.quantize_values(vb[:, :fb, 0], fmt.FIRST_VALUE_LEVELS)
+        vq[:, :fb, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
     if var.get("sink_bits") == 8:  # block 0 in 8 bits: keys per channel, values per token (2 pages)
         kq[:, 0] = _keys(x[:, :1], excl[:1], fmt.FIRST_VALUE_LEVELS)[:, 0]
         c8, s8 = fmt.quantize_values(vb[:, 0], fmt.FIRST_VALUE_LEVELS)
@@ -211,7 +286,7 @@ def kivi_sdpa(q, k, v, scale, var):
         ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / FP8_MAX
         k8 = _fp8(kr / ks) * ks
         s_ex = torch.where(tail, torch.matmul(qr, k8.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
-    s_q = torch.matmul(qr, kqr.transpose(-1, -2))
+    s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
     s = (s * scale).masked_fill(pos[None, :] > pos[:, None], float("-inf"))
