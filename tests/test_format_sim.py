@@ -129,3 +129,13 @@ def test_least_squares_key_statistics_lower_the_squared_error():
     mse = {n: ((format_sim.fake_quantize(k, v, {"first_value": 8, "kfit": n})[0] - kr)[:, body] ** 2).mean()
            for n in (0, 3)}
     assert mse[3] < 0.95 * mse[0]
+    # the same for the two-minimum statistics of kmin64 (blocks 1..), and for the values' scale
+    half = {"first_value": 8, "first_key": 2, "kmin64": 1}
+    later = [i for i in range(BS, k.shape[1])]
+    e0 = ((format_sim.fake_quantize(k, v, half)[0] - kr)[:, later] ** 2).mean()
+    e3 = ((format_sim.fake_quantize(k, v, {**half, "kfit": 3})[0] - kr)[:, later] ** 2).mean()
+    assert e3 < 0.95 * e0
+    vr = fmt.rotate(v.float())
+    v0 = ((format_sim.fake_quantize(k, v, {"first_value": 8})[1] - vr)[:, body] ** 2).mean()
+    v3 = ((format_sim.fake_quantize(k, v, {"first_value": 8, "vfit": 3})[1] - vr)[:, body] ** 2).mean()
+    assert v3 < 0.97 * v0

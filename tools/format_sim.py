@@ -42,6 +42,7 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   kfit        N: key minimum and scale fitted by least squares (N rounds of fit, re-round) instead
               of min-max: the same bytes, a smaller squared error, codes clamp what the range
               leaves out (the format's |error| <= scale/2 bound no longer holds)
+  vfit        N: the values' per-token scale fitted by least squares (N rounds), the same bytes
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -106,6 +107,9 @@ VARIANTS = {
     "first_value8+sinkkey": {"first_value": 8, "first_key": 2},
     "first_value8+sinkkey+kmin64": {"first_value": 8, "first_key": 2, "kmin64": 1},
     "first_value8+sinkkey+kblock64": {"first_value": 8, "first_key": 2, "kblock": 64},
+    "first_value8+sinkkey+kmin64+kfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3},
+    "first_value8+sinkkey+kmin64+kfit3+vfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3,
+                                                "vfit": 3},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
     "first_value8+krot0": {"first_value": 8, "krot": 0},
@@ -164,9 +168,11 @@ def _fit_keys(x: torch.Tensor, keep: torch.Tensor, mn: torch.Tensor, scale: torc
     return best_mn, best_sc
 
 
-def _keys_min64(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS) -> torch.Tensor:
+def _keys_min64(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, fit: int = 0) -> torch.Tensor:
     """Keys with a minimum per 64-token half and one scale per block: x [H, G, T, D], excl [G, T]
-    -> dequantized [H, G, T, D]. The scale covers the wider half's range, so no code clamps."""
+    -> dequantized [H, G, T, D]. The scale covers the wider half's range, so no code clamps;
+    fit > 0: then `fit` rounds of least squares (one scale, two minima, codes fixed; re-round),
+    each channel keeping the statistics with the smaller squared error."""
     h, g, t, d = x.shape
     xh = x.reshape(h, g, 2, t // 2, d)
     e = excl.reshape(1, g, 2, t // 2, 1)
@@ -176,9 +182,48 @@ def _keys_min64(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVE
     none = excl.reshape(g, 2, t // 2).all(dim=-1)[None, :, :, None]
     mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
     scale = fmt.fp16_up((mx - mn).amax(dim=-2) / levels)  # [H, G, D]
-    inv = fmt._inverse(scale)[:, :, None, None, :]
-    codes = torch.floor((xh - mn.unsqueeze(-2)) * inv + 0.5).clamp(0, levels)
-    return (codes * scale[:, :, None, None, :] + mn.unsqueeze(-2)).reshape(h, g, t, d)
+    keep = (~e).float()
+
+    def quant(m, sc):
+        codes = torch.floor((xh - m.unsqueeze(-2)) * fmt._inverse(sc)[:, :, None, None, :] + 0.5).clamp(0, levels)
+        dq = codes * sc[:, :, None, None, :] + m.unsqueeze(-2)
+        return codes, dq, (((dq - xh) ** 2) * keep).sum(dim=(-3, -2))
+
+    codes, best, best_err = quant(mn, scale)
+    n = keep.sum(-2).clamp(min=1)  # [1, G, 2, 1]
+    for _ in range(fit):
+        cbar = (codes * keep).sum(-2) / n
+        xbar = (xh * keep).sum(-2) / n
+        dc = (codes - cbar.unsqueeze(-2)) * keep
+        num = (dc * (xh - xbar.unsqueeze(-2))).sum(dim=(-3, -2))
+        den = (dc * dc).sum(dim=(-3, -2))
+        sc = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), scale).clamp(min=0)
+        sc = sc.to(torch.float16).float()
+        m = (xbar - sc.unsqueeze(-2) * cbar).to(torch.float16).float()
+        codes, dq, err = quant(m, sc)
+        better = (err < best_err)[:, :, None, None, :]
+        best = torch.where(better, dq, best)
+        best_err = torch.minimum(err, best_err)
+    return best.reshape(h, g, t, d)
+
+
+def _fit_values(v: torch.Tensor, vq: torch.Tensor, scale: torch.Tensor, levels: int, rounds: int):
+    """Values' per-token symmetric scale by least squares: `rounds` times fit v ~ (code - L/2) * s
+    with the codes fixed, re-round; each token keeps the dequantized values with the smaller error."""
+    x = v.float().clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
+    best, best_err = vq, ((vq - x) ** 2).sum(-1)
+    c = best / torch.where(scale > 0, scale, 1.0).unsqueeze(-1)  # code - L/2
+    for _ in range(rounds):
+        den = (c * c).sum(-1)
+        sc = torch.where(den > 0, (c * x).sum(-1) / torch.where(den > 0, den, 1.0), scale)
+        sc = sc.clamp(min=0).to(torch.float16).float()
+        codes = torch.floor(x * fmt._inverse(sc).unsqueeze(-1) + (levels + 1) / 2).clamp(0, levels)
+        c = codes - levels / 2
+        dq = c * sc.unsqueeze(-1)
+        err = ((dq - x) ** 2).sum(-1)
+        better = (err < best_err).unsqueeze(-1)
+        best, best_err = torch.where(better, dq, best), torch.minimum(err, best_err)
+    return best
 
 
 def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, stat8: bool = False,
@@ -226,11 +271,14 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
                bool(var.get("kstat8")), var.get("kfit", 0)).reshape(h, nb, BS, d)
     if var.get("kmin64"):
         assert var.get("first_key") == 2 and tb == BS, "kmin64 takes the first-key slot of blocks 1.."
-        kq[:, 1:] = _keys_min64(x[:, 1:], excl[1:], klev)
+        kq[:, 1:] = _keys_min64(x[:, 1:], excl[1:], klev, var.get("kfit", 0))
     gsz = var.get("vgroup", d)
     vg = vb.reshape(h, nb, BS, d // gsz, gsz)
     vc, vs = fmt.quantize_values(vg, vlev)
-    vq = fmt.dequantize_values(vc, vs, vlev).reshape(h, nb, BS, d)
+    vq = fmt.dequantize_values(vc, vs, vlev)
+    if var.get("vfit"):
+        vq = _fit_values(vg, vq, vs, vlev, var["vfit"])
+    vq = vq.reshape(h, nb, BS, d)
     exact16 = torch.zeros(nb, BS, dtype=torch.bool)  # K and V of these tokens stay 16-bit exact
     exact16[0, :min(sink, BS)] = True
     k16 = kb.to(fmt.first_key_dtype(k.dtype)).float()
