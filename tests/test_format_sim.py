@@ -139,3 +139,21 @@ def test_least_squares_key_statistics_lower_the_squared_error():
     v0 = ((format_sim.fake_quantize(k, v, {"first_value": 8})[1] - vr)[:, body] ** 2).mean()
     v3 = ((format_sim.fake_quantize(k, v, {"first_value": 8, "vfit": 3})[1] - vr)[:, body] ** 2).mean()
     assert v3 < 0.97 * v0
+
+
+def test_an_8_bit_tail_costs_far_less_than_a_page_and_leaves_a_lone_token_exact():
+    g = torch.Generator().manual_seed(2)
+    t = 3 * BS + 50
+    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    scale = 64 ** -0.5
+    exact = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "kq": 0, "vq": 0})
+    shipped = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8})
+    tail8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1})
+    assert torch.equal(tail8[0], shipped[0])  # position 0 attends only to itself: the step's exact input
+    early = slice(1, BS - 1)  # no complete block yet: the shipped format reads the exact tail there
+    assert torch.allclose(shipped[early], exact[early], atol=1e-5)
+    e_tail = (tail8[early] - exact[early]).abs().mean()
+    e_page = (shipped[BS:] - exact[BS:]).abs().mean()
+    assert 0 < e_tail < 0.5 * e_page

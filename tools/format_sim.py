@@ -43,6 +43,11 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               of min-max: the same bytes, a smaller squared error, codes clamp what the range
               leaves out (the format's |error| <= scale/2 bound no longer holds)
   vfit        N: the values' per-token scale fitted by least squares (N rounds), the same bytes
+  tail8       1: the tail kept in 8 bits instead of exact: keys and values per token, symmetric
+              int8 codes with an fp16 scale (the 8-bit first value's rule), rotated basis: 260 bytes
+              per token at head_dim 128, so 128 tail tokens fit in 2 pages instead of 4. A block
+              is then quantized from its 8-bit tail (the store reads the tail), first key
+              included; the query's own token stays exact, as the step's input
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -110,6 +115,7 @@ VARIANTS = {
     "first_value8+sinkkey+kmin64+kfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3},
     "first_value8+sinkkey+kmin64+kfit3+vfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3,
                                                 "vfit": 3},
+    "first_value8+tail8": {"first_value": 8, "tail8": 1},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
     "first_value8+krot0": {"first_value": 8, "krot": 0},
@@ -312,7 +318,13 @@ def kivi_sdpa(q, k, v, scale, var):
     hkv = k.shape[0]
     g = hq // hkv
     nb = t // BS
-    kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
+    if var.get("tail8"):  # what the tail holds (and a completing block is quantized from)
+        assert not (var.get("tail_k") or var.get("tail_v")), "tail8 replaces tail_k / tail_v"
+        k8r, v8r = (fmt.dequantize_values(*fmt.quantize_values(fmt.rotate(x), fmt.FIRST_VALUE_LEVELS),
+                                          fmt.FIRST_VALUE_LEVELS) for x in (k, v))
+        kq, vq = fake_quantize(fmt.unrotate(k8r[:, :nb * BS]).to(k.dtype), fmt.unrotate(v8r[:, :nb * BS]).to(v.dtype), var)
+    else:
+        kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
     pos = torch.arange(t)
     boundary = ((pos + 1) // BS) * BS  # first exact position for each query (the position rule)
     recent = var.get("recent", 0)
@@ -334,6 +346,8 @@ def kivi_sdpa(q, k, v, scale, var):
         ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / FP8_MAX
         k8 = _fp8(kr / ks) * ks
         s_ex = torch.where(tail, torch.matmul(qr, k8.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
+    if var.get("tail8"):
+        s_ex = torch.where(tail, torch.matmul(qr, k8r.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
@@ -342,7 +356,10 @@ def kivi_sdpa(q, k, v, scale, var):
     pq = torch.where(use_q, p[:, :, :nb * BS], 0.0)
     pe = p.clone()
     pe[:, :, :nb * BS] = torch.where(use_q, 0.0, p[:, :, :nb * BS])
-    if var.get("tail_v"):  # the tail's values (not the query's own) as pages store values, per token
+    if var.get("tail8"):
+        pt = torch.where(tail, pe, 0.0)
+        o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, v8r.repeat_interleave(g, 0)))
+    elif var.get("tail_v"):  # the tail's values (not the query's own) as pages store values, per token
         assert not (var.get("sink") or var.get("vgroup")), "tail_v simulates the shipped value format only"
         vr = fmt.rotate(v)
         vc, vs = fmt.quantize_values(vr)
