@@ -131,7 +131,7 @@ def test_least_squares_key_statistics_lower_the_squared_error():
     assert mse[3] < 0.95 * mse[0]
     # the same for the two-minimum statistics of kmin64 (blocks 1..), and for the values' scale
     half = {"first_value": 8, "first_key": 2, "kmin64": 1}
-    later = [i for i in range(BS, k.shape[1])]
+    later = slice(BS, None)
     e0 = ((format_sim.fake_quantize(k, v, half)[0] - kr)[:, later] ** 2).mean()
     e3 = ((format_sim.fake_quantize(k, v, {**half, "kfit": 3})[0] - kr)[:, later] ** 2).mean()
     assert e3 < 0.95 * e0

@@ -147,6 +147,16 @@ def _fp8(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float()
 
 
+def _masked_range(x: torch.Tensor, e: torch.Tensor):
+    """Per-group minimum (fp16, rounded down) and maximum over the token axis (-2) of x, without the
+    tokens e marks (e broadcasts against x); a group with every token marked gets 0 and 0."""
+    big = torch.finfo(torch.float32).max
+    mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
+    mx = torch.where(e, -big, x).amax(dim=-2)
+    none = e.all(dim=-2)
+    return torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
+
+
 def _fit_keys(x: torch.Tensor, keep: torch.Tensor, mn: torch.Tensor, scale: torch.Tensor,
               levels: int, rounds: int):
     """Least-squares minimum and scale per (group, channel): from the min-max ones, `rounds` times
@@ -182,11 +192,7 @@ def _keys_min64(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVE
     h, g, t, d = x.shape
     xh = x.reshape(h, g, 2, t // 2, d)
     e = excl.reshape(1, g, 2, t // 2, 1)
-    big = torch.finfo(torch.float32).max
-    mn = fmt.fp16_down(torch.where(e, big, xh).amin(dim=-2))  # [H, G, 2, D]
-    mx = torch.where(e, -big, xh).amax(dim=-2)
-    none = excl.reshape(g, 2, t // 2).all(dim=-1)[None, :, :, None]
-    mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
+    mn, mx = _masked_range(xh, e)  # [H, G, 2, D]
     scale = fmt.fp16_up((mx - mn).amax(dim=-2) / levels)  # [H, G, D]
     keep = (~e).float()
 
@@ -238,12 +244,8 @@ def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, st
     range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
     with every token excluded gets min 0 and scale 0 (its codes are unused). fit > 0: the
     statistics fitted by least squares (_fit_keys) instead of min-max."""
-    big = torch.finfo(torch.float32).max
     e = excl[None, :, :, None]
-    mn = fmt.fp16_down(torch.where(e, big, x).amin(dim=-2))
-    mx = torch.where(e, -big, x).amax(dim=-2)
-    none = excl.all(dim=-1)[None, :, None]
-    mn, mx = torch.where(none, 0.0, mn), torch.where(none, 0.0, mx)
+    mn, mx = _masked_range(x, e)
     if stat8:  # minimum and scale stored in fp8 (e4m3), nearest; codes clamp what falls outside
         mn = _fp8(mn)
         scale = _fp8((mx - mn) / levels)
@@ -341,13 +343,15 @@ def kivi_sdpa(q, k, v, scale, var):
     vqr = vq.repeat_interleave(g, 0)
     s_ex = torch.matmul(qf, kf.transpose(-1, -2))
     tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1) & (pos[None, :] != pos[:, None])
-    if var.get("tail_k"):  # the tail's keys (not the query's own) in fp8, per token, rotated basis
+    kt = None  # the tail's keys (not the query's own) as the variant keeps them, rotated basis
+    if var.get("tail_k"):  # fp8, per token
         kr = fmt.rotate(k)
         ks = kr.abs().amax(-1, keepdim=True).clamp(min=1e-30) / FP8_MAX
-        k8 = _fp8(kr / ks) * ks
-        s_ex = torch.where(tail, torch.matmul(qr, k8.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
-    if var.get("tail8"):
-        s_ex = torch.where(tail, torch.matmul(qr, k8r.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
+        kt = _fp8(kr / ks) * ks
+    elif var.get("tail8"):
+        kt = k8r
+    if kt is not None:
+        s_ex = torch.where(tail, torch.matmul(qr, kt.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
@@ -356,10 +360,10 @@ def kivi_sdpa(q, k, v, scale, var):
     pq = torch.where(use_q, p[:, :, :nb * BS], 0.0)
     pe = p.clone()
     pe[:, :, :nb * BS] = torch.where(use_q, 0.0, p[:, :, :nb * BS])
+    vt = None  # the tail's values (not the query's own) as the variant keeps them, rotated basis
     if var.get("tail8"):
-        pt = torch.where(tail, pe, 0.0)
-        o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, v8r.repeat_interleave(g, 0)))
-    elif var.get("tail_v"):  # the tail's values (not the query's own) as pages store values, per token
+        vt = v8r
+    elif var.get("tail_v"):  # as pages store values, per token
         assert not (var.get("sink") or var.get("vgroup")), "tail_v simulates the shipped value format only"
         vr = fmt.rotate(v)
         vc, vs = fmt.quantize_values(vr)
@@ -368,6 +372,7 @@ def kivi_sdpa(q, k, v, scale, var):
             first = pos % BS == 0
             c8, s8 = fmt.quantize_values(vr[:, first], fmt.FIRST_VALUE_LEVELS)
             vt[:, first] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
+    if vt is not None:
         pt = torch.where(tail, pe, 0.0)
         o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, vt.repeat_interleave(g, 0)))
     else:
