@@ -248,6 +248,11 @@ def main() -> None:
     log(f"{len(chunks)} torch chunks, {total / 2**20:.1f} MiB; {len(seq)} calls in all (torch's first), back to back:")
     for i, c in enumerate(seq, 1):
         print(f"  {i:2d}  carry {json.dumps(c['carry'])}\n      {c['command']}")
+    # 2026-12-03: a batch sent while no machine could be started lost 556 s of a 1,800 s lease (the
+    # first call ~180 s, then 15 s for each refused call of the batch)
+    log("send call 1 alone and read its answer first: when no machine could be started, the device tool "
+        "refuses every call for about 10 minutes and still charges 15 s of device time for each; "
+        "once call 1 has run, send the rest back to back")
 
 
 if __name__ == "__main__":
