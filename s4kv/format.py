@@ -69,11 +69,13 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
 
 The exact tail (one request's tokens after its last complete block, up to BLOCK_SIZE - 1)
 ------------------------------------------------------------------------------------------
-A request of L tokens holds pages 0 .. L // BLOCK_SIZE + TAIL_BLOCKS - 1 (its scheduler asks vLLM
-for them, s4kv.backend.spec). Its tail block is b = L // BLOCK_SIZE; the tail lives in the regions
-of pages b .. b + TAIL_BLOCKS - 1, in the same kv-head region as that head's pages, as 2 * BLOCK_SIZE
-rows of D model-dtype elements: rows 0..BLOCK_SIZE-1 are the keys of tail tokens 0..BLOCK_SIZE-1,
-rows BLOCK_SIZE.. their values. A region holds R = region_bytes // (D * itemsize) whole rows
+A request of L tokens holds pages 0 .. (L - 1) // BLOCK_SIZE + TAIL_BLOCKS - 1 (``blocks_held``;
+its scheduler asks vLLM for them, s4kv.backend.spec). Its tail block is b = L // BLOCK_SIZE; the
+tail lives in the regions of pages b .. b + TAIL_BLOCKS - 1, in the same kv-head region as that
+head's pages, as 2 * BLOCK_SIZE rows of D model-dtype elements: rows 0..BLOCK_SIZE-1 are the keys
+of tail tokens 0..BLOCK_SIZE-1, rows BLOCK_SIZE.. their values. (At a block boundary the tail is
+empty and the request holds pages b .. b + TAIL_BLOCKS - 2 beyond its blocks, the rest of the
+completed block's tail: the next token brings the last page.) A region holds R = region_bytes // (D * itemsize) whole rows
 (68 at head_dim 128, 69 at 64, 16-bit models), and row r sits in page b + r // R at byte
 (r % R) * D * itemsize of the region. When block b completes, its page is quantized over the first
 rows of its own tail (the store reads the whole tail before it writes), and the next tail starts
@@ -197,8 +199,16 @@ assert all(tail_blocks(d) == TAIL_BLOCKS for d in SUPPORTED_HEAD_SIZES)
 
 
 def blocks_held(num_tokens: int, head_size: int = 128, itemsize: int = 2) -> int:
-    """Pages a request of `num_tokens` tokens holds: its complete blocks and its tail's pages."""
-    return num_tokens // BLOCK_SIZE + tail_blocks(head_size, itemsize)
+    """Pages a request of `num_tokens` tokens holds: its complete blocks and its tail's pages.
+
+    At a block boundary (num_tokens a multiple of BLOCK_SIZE) its tail is empty: it holds the pages
+    of the block that just completed and of that block's tail (the store read it there), not yet
+    the next tail's; the token after it takes one page more. So the count never falls as a request
+    grows, and its largest value up to max_model_len is this function at max_model_len, with no
+    assumption about how the scheduler caps a request's length."""
+    if num_tokens <= 0:
+        return 0
+    return (num_tokens - 1) // BLOCK_SIZE + tail_blocks(head_size, itemsize)
 
 
 def density_vs(head_size: int, dtype_bytes: int = 2) -> float:

@@ -44,7 +44,7 @@ def llms(model, params, inputs):
 
 # ------------------------------------------------------------------------------------ pressure
 
-# 1,792 tokens of KV cache: a request of L tokens holds L // 128 + 4 pages (its exact tail's too),
+# 1,792 tokens of KV cache: a request of L tokens holds (L - 1) // 128 + 4 pages (its exact tail's too),
 # so one or two of the requests below at a time
 PRESSURE_BLOCKS = 14
 SHARED_PREFIX = 300  # tokens: 2 full blocks (prefix-cache hits) + 44

@@ -1,6 +1,8 @@
 """The int4_kivi KV-cache spec and its manager, with vLLM's own block pool and registry: a
 request's exact tail is pages vLLM allocates, counts and frees (s4kv.backend.spec)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -43,8 +45,23 @@ def test_the_registry_gives_int4_kivi_specs_the_tail_manager_and_keeps_vllms_own
 def test_page_size_and_per_request_bounds():
     spec = _spec()
     assert spec.page_size_bytes == fmt.page_size_bytes(4, 128) == 4 * 128 * 136
-    # the workers' block table and vLLM's "fits one request" check include the tail's pages
-    assert spec.max_num_blocks_per_req(None, 8192) == 8192 // 128 + fmt.TAIL_BLOCKS
+    # the workers' block table and vLLM's "fits one request" check include the tail's pages: the
+    # most a request of at most 8192 tokens ever holds is at 8191 (64 at 8192, whose tail is empty)
+    assert spec.max_num_blocks_per_req(None, 8192) == 63 + fmt.TAIL_BLOCKS
+    assert spec.max_num_blocks_per_req(None, 8200) == 64 + fmt.TAIL_BLOCKS
+    assert max(fmt.blocks_held(n) for n in range(8193)) == fmt.blocks_held(8192)
+
+
+def test_blocks_held_never_falls_and_covers_the_old_tail_at_a_boundary():
+    """A request's pages never shrink while it grows (vLLM's manager only adds), and at a block
+    boundary it still holds the completed block's tail pages, which the store reads in that step."""
+    bs, tb = fmt.BLOCK_SIZE, fmt.TAIL_BLOCKS
+    held = [fmt.blocks_held(n) for n in range(4 * bs + 2)]
+    assert held[0] == 0 and all(a <= b for a, b in itertools.pairwise(held))
+    for m in (1, 2, 3):
+        b = m - 1  # the block that completes at m * bs tokens, its tail in pages b .. b + tb - 1
+        assert held[m * bs] == b + tb == held[m * bs - 1]
+        assert held[m * bs + 1] == m + tb  # the next token: the next tail's pages
 
 
 @pytest.mark.parametrize("tokens", [1, 127, 128, 300, 1000])
@@ -53,11 +70,12 @@ def test_a_request_holds_its_blocks_and_its_tail_pages_until_freed(tokens):
     free0 = pool.get_num_free_blocks()
     mgr.req_to_blocks["r"]  # a new request (defaultdict)
     blocks = mgr.allocate_new_blocks("r", tokens, tokens)
-    assert len(blocks) == tokens // 128 + fmt.TAIL_BLOCKS == fmt.blocks_held(tokens)
+    assert len(blocks) == (tokens - 1) // 128 + fmt.TAIL_BLOCKS == fmt.blocks_held(tokens)
     assert pool.get_num_free_blocks() == free0 - len(blocks)
-    # growing inside the block allocates nothing; crossing into the next one, one page
-    assert mgr.allocate_new_blocks("r", tokens // 128 * 128 + 127, 0) == []
-    assert len(mgr.allocate_new_blocks("r", (tokens // 128 + 1) * 128, 0)) == 1
+    # growing to the end of its block allocates nothing; the next block's first token, one page
+    end = -(-tokens // 128) * 128
+    assert mgr.allocate_new_blocks("r", end, 0) == []
+    assert len(mgr.allocate_new_blocks("r", end + 1, 0)) == 1
     mgr.free("r")  # finished or preempted: the tail's pages go back with the rest
     assert pool.get_num_free_blocks() == free0
 
