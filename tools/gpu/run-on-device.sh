@@ -57,6 +57,7 @@ if [ "${1:-}" = "collect" ]; then
     if [ -d "$f" ]; then tar -C $DETACHED/out -czf "$OUT/$(basename "$f")-partial.tgz" "$(basename "$f")"
     else cp "$f" "$OUT/"; fi
   done
+  bash tools/gpu/fit_out.sh "$OUT"
   exit 0
 fi
 
@@ -260,4 +261,6 @@ for s in "$@"; do
     *) echo "unknown step $s"; status=2 ;;
   esac
 done
+# no more files than the device tool brings back from a call (tools/gpu/fit_out.sh)
+bash tools/gpu/fit_out.sh "$OUT"
 exit $status
