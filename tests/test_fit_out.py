@@ -18,7 +18,7 @@ def _contents(root: Path) -> dict[str, bytes]:
     got = {}
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = str(f.relative_to(root))
-        if f.name.endswith((".tgz", ".tar")) and f.name in ("logs.tgz", "results.tar"):
+        if f.name in ("logs.tgz", "results.tar"):
             dest = root.parent / (root.name + "-" + f.name + "-x")
             with tarfile.open(f) as t:
                 t.extractall(dest, filter="data")
