@@ -78,12 +78,13 @@ the request holds pages b .. b + TAIL_BLOCKS - 2 beyond its blocks, the rest of 
 block's tail: the next token brings the last page.) A region holds
 R = region_bytes // (D * itemsize) whole rows (68 at head_dim 128, 69 at 64, 16-bit models), and
 row r sits in page b + r // R at byte (r % R) * D * itemsize of the region. When block b completes,
-its page is quantized over the first rows of its own tail (the store reads the whole tail before it writes), and the next tail
-starts in page b + 1. Tail pages are never shared: prefix caching shares complete blocks only, and a
-request always (re)starts at a block boundary (prefix-cache hits are whole blocks, a resumed request
-recomputes from its last cached block), so the tokens it reads from its tail are always ones it
-wrote. 16-bit models need TAIL_BLOCKS = 4 (256 rows in 4 x 68 or 4 x 69): a running request holds 3
-pages more than a 16-bit cache would leave partly empty, and only while it runs.
+its page is quantized over the first rows of its own tail (the store reads the whole tail before it
+writes), and the next tail starts in page b + 1. Tail pages are never shared: prefix caching shares
+complete blocks only, and a request always (re)starts at a block boundary (prefix-cache hits are
+whole blocks, a resumed request recomputes from its last cached block), so the tokens it reads from
+its tail are always ones it wrote. 16-bit models need TAIL_BLOCKS = 4 (256 rows in 4 x 68 or
+4 x 69): a running request holds 3 pages more than a 16-bit cache would leave partly empty, and
+only while it runs.
 
 Bytes per token per kv head: D + 2 + 6 * D / BLOCK_SIZE (K and V together).
     head_dim 128: 128 + 2 + 6 = 136 B  (bf16: 512 B, 3.76x)
