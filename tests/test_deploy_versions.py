@@ -26,8 +26,9 @@ def test_repo_file_lists_verified_cuda_releases():
     assert GPU_VERIFIED_FILE == DEPLOY / "GPU_VERIFIED"
     entries = load_gpu_verified()  # checks every entry against VERSIONS
     assert entries, "no GPU-verified release"
-    # 0.24.0 passed the kernel tests on the H200 (README, Status); 0.32.0 never ran on a GPU
-    assert "0.24.0" in [e.version for e in entries] and "0.32.0" not in [e.version for e in entries]
+    # 0.24.0 and 0.33.0 passed the kernel tests on the H200 (README, Status); 0.32.0 never ran on a GPU
+    versions = [e.version for e in entries]
+    assert "0.24.0" in versions and "0.33.0" in versions and "0.32.0" not in versions
 
 
 def test_parse_fields_and_newest():
@@ -85,7 +86,7 @@ def test_packer_reads_the_same_list():
     pattern = m.group(1).replace("\\\\", "\\")  # HCL string escapes -> the RE2 pattern
     text = GPU_VERIFIED_FILE.read_text()
     samples = [text, text + "\n# 9.9.9 2026-01-01 H200 abcdef0\n   \n0.32.0\t2027-01-01 H200 abcdef0\n"]
-    pins = parse_versions("0.24.0 vllm 2.11.0\n0.32.0 vllm 2.13.0\n")
+    pins = parse_versions("0.24.0 vllm 2.11.0\n0.32.0 vllm 2.13.0\n0.33.0 vllm 2.14.0\n")
     for sample in samples:
         assert re.findall(pattern, sample) == [e.version for e in parse_gpu_verified(sample, pins)]
     assert "s4kv-gpu-verified = local.vllm_verified ? \"yes\" : \"no\"" in HCL

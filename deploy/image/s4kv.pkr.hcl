@@ -3,7 +3,7 @@
 # CloudWatch agent config). The result is the ImageId of deploy/cfn-gpu-serving.yaml.
 #
 #   nox -s build-vllm-s4kv                       # dist/: vllm-<v>+s4kv.<N>-*.whl, s4kv-*.whl
-#   nox -s image-constraints -- 0.24.0           # deploy/image/constraints/vllm-0.24.0.txt (hashed)
+#   nox -s image-constraints -- 0.33.0           # deploy/image/constraints/vllm-0.33.0.txt (hashed)
 #   cd deploy/image && packer init . && packer build -var region=us-east-1 .
 #
 # Building needs AWS credentials allowed to run Packer's amazon-ebs builder.
@@ -32,7 +32,7 @@ variable "instance_type" {
 # it): the kernels of that release passed the GPU tests.
 variable "vllm_version" {
   type        = string
-  default     = "0.24.0"
+  default     = "0.33.0"
   description = "Which patched vLLM release of dist/ goes into the image (a VERSIONS entry listed in deploy/GPU_VERIFIED)."
 }
 
