@@ -116,6 +116,9 @@ VARIANTS = {
     "first_value8+sinkkey+kmin64+kfit3+vfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3,
                                                 "vfit": 3},
     "first_value8+tail8": {"first_value": 8, "tail8": 1},
+    # the previous block read from the tail too (at least 128 recent positions not from pages)
+    "first_value8+recent256": {"first_value": 8, "recent": 256},
+    "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
     "first_value8+krot0": {"first_value": 8, "krot": 0},
