@@ -157,3 +157,27 @@ def test_an_8_bit_tail_costs_far_less_than_a_page_and_leaves_a_lone_token_exact(
     e_tail = (tail8[early] - exact[early]).abs().mean()
     e_page = (shipped[BS:] - exact[BS:]).abs().mean()
     assert 0 < e_tail < 0.5 * e_page
+
+
+def test_recent_window_keeps_w_to_w_plus_127_positions_off_the_pages():
+    g = torch.Generator().manual_seed(3)
+    t = 3 * BS + 10
+    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    scale = 64 ** -0.5
+    exact = torch.nn.functional.scaled_dot_product_attention(  # fp32, causal, GQA: [Hq, T, D]
+        q.float(), k.float().repeat_interleave(2, 0), v.float().repeat_interleave(2, 0), is_causal=True,
+        scale=scale).transpose(0, 1)
+    shipped = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8})
+    r128 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "recent": BS})
+
+    def exact_rows(o):
+        return [p for p in range(t) if torch.allclose(o[p], exact[p], atol=1e-5)]
+
+    # the position rule: position p reads block 0 from pages once p + 1 >= BS; one more block
+    # off the pages (recent = BS) moves that to p + 1 >= 2 * BS, and so on for every block
+    assert exact_rows(shipped) == list(range(BS - 1))
+    assert exact_rows(r128) == list(range(2 * BS - 1))
+    later = slice(3 * BS - 1, t)  # both read pages there: the longer window errs less
+    assert (r128[later] - exact[later]).abs().mean() < (shipped[later] - exact[later]).abs().mean()

@@ -19,7 +19,8 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   sink        first S positions of the sequence exact (K and V), left out of block 0's key stats
   first_value the first token of every block keeps its value exact too (1: 16-bit, +2 B per token;
               8: int8 codes in the bytes the token's unused int4 codes free, no extra byte)
-  recent      at least W most recent positions exact (the position rule's partial block, or more)
+  recent      at least W most recent positions off the pages (W .. W + 127 of them; 0: the position
+              rule's partial block only, 0 .. 127)
   first_key   0: the first key of every block is quantized with the rest (today: exact)
   window      at least W most recent positions exact, token-granular (needs W extra exact tokens)
   vgroup      values quantized per (token, group of G channels) instead of the whole head
@@ -116,7 +117,10 @@ VARIANTS = {
     "first_value8+sinkkey+kmin64+kfit3+vfit3": {"first_value": 8, "first_key": 2, "kmin64": 1, "kfit": 3,
                                                 "vfit": 3},
     "first_value8+tail8": {"first_value": 8, "tail8": 1},
-    # the previous block read from the tail too (at least 128 recent positions not from pages)
+    # a longer window not read from pages: recent=W keeps W .. W + 127 positions off the pages, so
+    # 128 is one more block (the tail's 4 pages hold it in 8 bits), 256 two more
+    "first_value8+recent128": {"first_value": 8, "recent": 128},
+    "first_value8+tail8+recent128": {"first_value": 8, "tail8": 1, "recent": 128},
     "first_value8+recent256": {"first_value": 8, "recent": 256},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
