@@ -181,3 +181,21 @@ def test_recent_window_keeps_w_to_w_plus_127_positions_off_the_pages():
     assert exact_rows(r128) == list(range(2 * BS - 1))
     later = slice(3 * BS - 1, t)  # both read pages there: the longer window errs less
     assert (r128[later] - exact[later]).abs().mean() < (shipped[later] - exact[later]).abs().mean()
+
+
+def test_own8_reads_the_query_own_token_in_8_bits_too():
+    g = torch.Generator().manual_seed(4)
+    t = BS + 20
+    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    scale = 64 ** -0.5
+    tail8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1})
+    own8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1, "own8": 1})
+    # position 0 attends only to itself: its output is its value, exact or through 8-bit codes
+    v0 = v[:, 0].float().repeat_interleave(2, 0)  # [Hq, D]
+    assert torch.allclose(tail8[0], v0, atol=1e-6)
+    v0_8 = fmt.unrotate(fmt.dequantize_values(
+        *fmt.quantize_values(fmt.rotate(v[:, :1]), fmt.FIRST_VALUE_LEVELS), fmt.FIRST_VALUE_LEVELS))[:, 0]
+    assert torch.allclose(own8[0], v0_8.repeat_interleave(2, 0), atol=1e-5)
+    assert not torch.allclose(own8[0], v0, atol=1e-6)

@@ -49,6 +49,8 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               per token at head_dim 128, so 128 tail tokens fit in 2 pages instead of 4. A block
               is then quantized from its 8-bit tail (the store reads the tail), first key
               included; the query's own token stays exact, as the step's input
+  own8        1 (with tail8): the query's own token in 8 bits too, so every position off the pages
+              is 8-bit (what a chunk kernel can stage for FlashAttention without an exact diagonal)
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -121,6 +123,7 @@ VARIANTS = {
     # 128 is one more block (the tail's 4 pages hold it in 8 bits), 256 two more
     "first_value8+recent128": {"first_value": 8, "recent": 128},
     "first_value8+tail8+recent128": {"first_value": 8, "tail8": 1, "recent": 128},
+    "first_value8+tail8own+recent128": {"first_value": 8, "tail8": 1, "own8": 1, "recent": 128},
     "first_value8+recent256": {"first_value": 8, "recent": 256},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
@@ -349,7 +352,9 @@ def kivi_sdpa(q, k, v, scale, var):
     kqr = kq.repeat_interleave(g, 0)
     vqr = vq.repeat_interleave(g, 0)
     s_ex = torch.matmul(qf, kf.transpose(-1, -2))
-    tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1) & (pos[None, :] != pos[:, None])
+    tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1)
+    if not var.get("own8"):
+        tail &= pos[None, :] != pos[:, None]
     kt = None  # the tail's keys (not the query's own) as the variant keeps them, rotated basis
     if var.get("tail_k"):  # fp8, per token
         kr = fmt.rotate(k)
