@@ -61,6 +61,13 @@ def test_top1_agreement_and_its_error():
     assert agreement == 0.75 and se == pytest.approx(0.25)
 
 
+def test_top1_agreement_difference_is_paired():
+    # X agrees where the base does not and vice versa: per-position differences [+1, 0], [0, -1]
+    # -> means 0.5, -0.5 -> mean 0, SE 0.5
+    d, se = metrics.top1_agreement_difference_with_error([1, 2, 3, 0], [0, 2, 3, 4], [1, 2, 3, 4], segment=2)
+    assert d == 0 and se == pytest.approx(0.5)
+
+
 def test_first_divergence():
     assert metrics.first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert metrics.first_divergence([1, 2, 3], [1, 5, 3]) == 1

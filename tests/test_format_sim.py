@@ -22,6 +22,15 @@ def _kv(blocks: int = 3, heads: int = 2, d: int = 64):
     return k, v
 
 
+def _qkv(seed: int, t: int):
+    """bf16 q [4, t, 64], k, v [2, t, 64] (GQA 2) and the softmax scale, for kivi_sdpa."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
+    return q, k, v, 64 ** -0.5
+
+
 def _err(x, exact):
     return (x - exact).abs().mean(dim=(0, 2))  # per position
 
@@ -142,12 +151,8 @@ def test_least_squares_key_statistics_lower_the_squared_error():
 
 
 def test_an_8_bit_tail_costs_far_less_than_a_page_and_leaves_a_lone_token_exact():
-    g = torch.Generator().manual_seed(2)
     t = 3 * BS + 50
-    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
-    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    scale = 64 ** -0.5
+    q, k, v, scale = _qkv(2, t)
     exact = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "kq": 0, "vq": 0})
     shipped = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8})
     tail8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1})
@@ -160,12 +165,8 @@ def test_an_8_bit_tail_costs_far_less_than_a_page_and_leaves_a_lone_token_exact(
 
 
 def test_recent_window_keeps_w_to_w_plus_127_positions_off_the_pages():
-    g = torch.Generator().manual_seed(3)
     t = 3 * BS + 10
-    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
-    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    scale = 64 ** -0.5
+    q, k, v, scale = _qkv(3, t)
     exact = torch.nn.functional.scaled_dot_product_attention(  # fp32, causal, GQA: [Hq, T, D]
         q.float(), k.float().repeat_interleave(2, 0), v.float().repeat_interleave(2, 0), is_causal=True,
         scale=scale).transpose(0, 1)
@@ -184,12 +185,8 @@ def test_recent_window_keeps_w_to_w_plus_127_positions_off_the_pages():
 
 
 def test_own8_reads_the_query_own_token_in_8_bits_too():
-    g = torch.Generator().manual_seed(4)
     t = BS + 20
-    q = torch.randn(4, t, 64, generator=g).to(torch.bfloat16)
-    k = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    v = torch.randn(2, t, 64, generator=g).to(torch.bfloat16)
-    scale = 64 ** -0.5
+    q, k, v, scale = _qkv(4, t)
     tail8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1})
     own8 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "tail8": 1, "own8": 1})
     # position 0 attends only to itself: its output is its value, exact or through 8-bit codes

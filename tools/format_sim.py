@@ -475,8 +475,7 @@ def main(argv=None) -> int:
                 if name == args.against:
                     continue
                 d, dse = metrics.ppl_delta_with_error(lp, base_lp)
-                hit = [float(t == r) - float(b == r) for t, b, r in zip(top, base_top, ref_top)]
-                m, mse = metrics.batch_means(hit)
+                m, mse = metrics.top1_agreement_difference_with_error(top, base_top, ref_top)
                 print(f"| {dt} | {name} | {d:+.3f}% | {dse:.3f}% | {m:+.4f} | {mse:.4f} |")
     return 0
 

@@ -28,10 +28,8 @@ def paired(a: dict, b: dict, ref: dict) -> dict:
     paired batch-means error; and identical greedy continuations (vs ref) of each."""
     la, lb = a["raw"]["text_logprobs"], b["raw"]["text_logprobs"]
     d_ppl, se_ppl = metrics.ppl_delta_with_error(lb, la)
-    top = ref["raw"]["text_top1"]
-    agree_a = [float(x == y) for x, y in zip(a["raw"]["text_top1"], top)]
-    agree_b = [float(x == y) for x, y in zip(b["raw"]["text_top1"], top)]
-    d_top, se_top = metrics.batch_means([y - x for x, y in zip(agree_a, agree_b)])
+    d_top, se_top = metrics.top1_agreement_difference_with_error(b["raw"]["text_top1"], a["raw"]["text_top1"],
+                                                                 ref["raw"]["text_top1"])
     g = {k: metrics.compare_greedy(r["raw"]["greedy_tokens"], ref["raw"]["greedy_tokens"]) for k, r in (("a", a), ("b", b))}
     return {"ppl_b_vs_a_pct": d_ppl, "ppl_se_pct": se_ppl, "top1_b_minus_a": d_top, "top1_se": se_top,
             "greedy_a": g["a"], "greedy_b": g["b"]}

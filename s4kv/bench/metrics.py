@@ -82,6 +82,13 @@ def top1_agreement_with_error(top1: Sequence[int], ref_top1: Sequence[int],
     return agreement, se
 
 
+def top1_agreement_difference_with_error(top1: Sequence[int], base_top1: Sequence[int], ref_top1: Sequence[int],
+                                         segment: int = SEGMENT) -> tuple[float, float]:
+    """(top-1 agreement with the reference of X minus that of a base, its paired standard error):
+    the same positions, so the error is that of the difference, smaller than either's."""
+    return batch_means([float(t == r) - float(b == r) for t, b, r in zip(top1, base_top1, ref_top1)], segment)
+
+
 def ratio(value: float | None, ref: float | None) -> float | None:
     """value / ref, None when either is missing or ref is 0."""
     if value is None or ref is None or ref == 0:
