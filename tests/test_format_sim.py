@@ -184,6 +184,24 @@ def test_recent_window_keeps_w_to_w_plus_127_positions_off_the_pages():
     assert (r128[later] - exact[later]).abs().mean() < (shipped[later] - exact[later]).abs().mean()
 
 
+def test_unit_of_two_blocks_leaves_nothing_off_the_pages_at_a_unit_boundary():
+    t = 4 * BS + 10
+    q, k, v, scale = _qkv(5, t)
+    exact = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(2, 0), v.float().repeat_interleave(2, 0), is_causal=True,
+        scale=scale).transpose(0, 1)
+    unit2 = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8, "unit": 2})
+    shipped = format_sim.kivi_sdpa(q, k, v, scale, {"first_value": 8})
+    exact_rows = [p for p in range(t) if torch.allclose(unit2[p], exact[p], atol=1e-5)]
+    # blocks 0 and 1 reach the pages together, once p + 1 >= 2 * BS: positions before read them exact
+    assert exact_rows == list(range(2 * BS - 1))
+    # at a unit boundary (p + 1 = 4 * BS) every complete block is in pages, as under the shipped rule;
+    # one position earlier block 2 is still off the pages
+    p = 4 * BS - 1
+    assert torch.allclose(unit2[p], shipped[p], atol=1e-6)
+    assert not torch.allclose(unit2[p - 1], shipped[p - 1], atol=1e-6)
+
+
 def test_own8_reads_the_query_own_token_in_8_bits_too():
     t = BS + 20
     q, k, v, scale = _qkv(4, t)

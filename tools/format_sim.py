@@ -22,6 +22,11 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   recent      at least W most recent positions off the pages (W .. W + 127 of them; 0: the position
               rule's partial block only, 0 .. 127)
   first_key   0: the first key of every block is quantized with the rest (today: exact)
+  unit        U: blocks are quantized in units of U blocks, a unit when its last block completes, so
+              0 .. U * 128 - 1 positions are off the pages; unlike `recent`, a unit boundary leaves
+              nothing off the pages, so a prefix-cache hit cut at a unit boundary needs no token
+              of the blocks it hit (recent=W always needs the hit's last W .. W + 127 positions
+              off the pages, which only the request that computed them holds)
   window      at least W most recent positions exact, token-granular (needs W extra exact tokens)
   vgroup      values quantized per (token, group of G channels) instead of the whole head
   kblock      key statistics per T-token sub-block instead of the whole block
@@ -125,6 +130,10 @@ VARIANTS = {
     "first_value8+tail8+recent128": {"first_value": 8, "tail8": 1, "recent": 128},
     "first_value8+tail8own+recent128": {"first_value": 8, "tail8": 1, "own8": 1, "recent": 128},
     "first_value8+recent256": {"first_value": 8, "recent": 256},
+    # units of two blocks (0..255 positions off the pages, 8-bit): what a prefix hit can restart
+    "first_value8+tail8own+unit2": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2},
+    "first_value8+sinkkey+kmin64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kmin64": 1, "tail8": 1,
+                                                   "own8": 1, "unit": 2},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
@@ -339,6 +348,9 @@ def kivi_sdpa(q, k, v, scale, var):
         kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
     pos = torch.arange(t)
     boundary = ((pos + 1) // BS) * BS  # first exact position for each query (the position rule)
+    unit = var.get("unit", 1) * BS
+    if unit > BS:
+        boundary = ((pos + 1) // unit) * unit
     recent = var.get("recent", 0)
     if recent:
         boundary = torch.minimum(boundary, ((pos + 1 - recent).clamp(min=0) // BS) * BS)
