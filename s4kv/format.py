@@ -12,8 +12,8 @@ The scheme (KIVI, in a rotated basis)
   page, and queries are rotated the same way before they meet a page; the part of the attention
   output that comes from pages is rotated back. q.k and p@V are unchanged (R R^T = I), but outlier
   channels are spread over all channels, so 4-bit codes lose far less. Pages live in the rotated
-  basis; exact tokens (the tail and this step's tokens) are used as they are, bit-identical
-  to what a bf16/fp16 cache would hold.
+  basis, and so do the window's 8-bit rows (below), so a query meets everything rotated and
+  the output is rotated back once.
 * Keys: per-channel asymmetric int4 (KIVI). For each (block of BLOCK_SIZE tokens, kv head,
   channel): min and scale over the block's tokens, ``k ~ code * scale + min``, code in 0..15.
 * Values: per-token symmetric int4, one group per (token, kv head) spanning the whole head_dim:
@@ -32,19 +32,27 @@ The scheme (KIVI, in a rotated basis)
   (bf16, 3 x 2,048 tokens, tools/format_sim.py) it moved perplexity +0.69% -> +0.33% and
   top-1 agreement 0.961 -> 0.964 against bf16 (docs/format-variants.md).
 * Scales and mins are fp16 and live inside the page, so vLLM's allocator counts every byte.
-* A block is quantized only when it is full. Until then its tokens (the request's *tail*) stay
-  exact, in the model dtype, inside the request's own pages: the incomplete block's page and the
-  TAIL_BLOCKS - 1 pages after it (see "The exact tail" below), so per-channel key statistics
-  always cover a whole block, the most recent tokens are exact, and vLLM's allocator owns and
-  counts every byte a request holds.
+* Blocks are quantized two at a time, as a *unit* of UNIT = 2 * BLOCK_SIZE tokens, when the
+  unit's last token arrives. Until then the unit's tokens (the request's *window*, 0..255 of its
+  most recent tokens) are kept per token in 8 bits: keys and values each as codes 0..255 with one
+  fp16 scale over the head, ``x ~ (code - 127.5) * scale`` in the rotated basis (the first value's
+  rule), inside the request's own pages (see "The window" below). A unit's blocks are quantized
+  from those 8-bit rows, so every path that reads a token (window or page) starts from the same
+  8-bit copy of it. Per-channel key statistics always cover a whole block, the most recent 128 to
+  255 tokens of a long request are 8-bit, and vLLM's allocator owns and counts every byte a
+  request holds. (Why units and not one more block read off the pages: a window that reached
+  into the blocks of a prefix-cache hit would need their 8-bit rows, which only the request that
+  computed them held; a unit boundary leaves nothing off the pages, and prefix hits are cut at
+  unit boundaries, s4kv.backend.spec. docs/format-variants.md §11.)
 
 Which tokens a query sees quantized (the position rule)
 -------------------------------------------------------
-A query at position p sees the tokens of every *complete* block quantized, where complete means
-that the block's last token is at or before p; the tokens after the last complete block are exact.
-In other words: positions j < floor((p + 1) / BLOCK_SIZE) * BLOCK_SIZE are read from pages, the rest
-from exact K/V. The rule depends only on positions, so chunked prefill, prefix-cache hits, preemption
-and plain decode all compute the same function.
+A query at position p sees the tokens of every *complete unit* from pages, where complete means
+that the unit's last token is at or before p; the tokens after the last complete unit, its own
+included, in 8 bits. In other words: positions j < floor((p + 1) / UNIT) * UNIT are read from pages,
+the rest from the window's 8-bit rows. The rule depends only on positions, and every token's 8-bit
+row and every page depend only on that token's (block's) K/V, so chunked prefill, prefix-cache hits
+cut at unit boundaries, preemption and plain decode all compute the same function.
 
 Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
 ------------------------------------------------------------------------------
@@ -67,24 +75,30 @@ Page layout (one (block, kv head) region of BLOCK_SIZE * bytes_per_token bytes)
     [ first key   : D x 16-bit             ]  exact key of the block's first token: the model
                                               dtype for fp16/bf16 models, bf16 for fp32 models
 
-The exact tail (one request's tokens after its last complete block, up to BLOCK_SIZE - 1)
-------------------------------------------------------------------------------------------
-A request of L tokens holds pages 0 .. (L - 1) // BLOCK_SIZE + TAIL_BLOCKS - 1 (``blocks_held``; its
-scheduler asks vLLM for them, s4kv.backend.spec). Its tail block is b = L // BLOCK_SIZE; the tail
-lives in the regions of pages b .. b + TAIL_BLOCKS - 1, in the same kv-head region as that head's
-pages, as 2 * BLOCK_SIZE rows of D model-dtype elements: rows 0..BLOCK_SIZE-1 are the keys of tail
-tokens 0..BLOCK_SIZE-1, rows BLOCK_SIZE.. their values. (At a block boundary the tail is empty and
-the request holds pages b .. b + TAIL_BLOCKS - 2 beyond its blocks, the rest of the completed
-block's tail: the next token brings the last page.) A region holds
-R = region_bytes // (D * itemsize) whole rows (68 at head_dim 128, 69 at 64, 16-bit models), and
-row r sits in page b + r // R at byte (r % R) * D * itemsize of the region. When block b completes,
-its page is quantized over the first rows of its own tail (the store reads the whole tail before it
-writes), and the next tail starts in page b + 1. Tail pages are never shared: prefix caching shares
-complete blocks only, and a request always (re)starts at a block boundary (prefix-cache hits are
-whole blocks, a resumed request recomputes from its last cached block), so the tokens it reads from
-its tail are always ones it wrote. 16-bit models need TAIL_BLOCKS = 4 (256 rows in 4 x 68 or
-4 x 69): a running request holds 3 pages more than a 16-bit cache would leave partly empty, and
-only while it runs.
+The window (one request's tokens after its last complete unit, up to UNIT - 1)
+---------------------------------------------------------------------------------
+A request of L tokens holds pages 0 .. (L - 1) // BLOCK_SIZE + WINDOW_PAGES - 1 (``blocks_held``;
+its scheduler asks vLLM for them, s4kv.backend.spec). Its window unit is u = L // UNIT; the window
+lives in pages 2u .. 2u + WINDOW_PAGES - 1 (the unit's own two pages and the two after them), in
+the same kv-head region as that head's pages, as WINDOW_SLOTS rows per region: row r (token
+2u * BLOCK_SIZE + r) in page 2u + r // WINDOW_SLOTS, slot r % WINDOW_SLOTS, laid out as
+
+    [ key codes   : WINDOW_SLOTS * D bytes ]  slot-major: byte (s, i) at s * D + i, code 0..255
+    [ value codes : WINDOW_SLOTS * D bytes ]
+    [ key scale   : WINDOW_SLOTS fp16      ]
+    [ value scale : WINDOW_SLOTS fp16      ]
+
+(16,640 of a region's 17,408 bytes at head_dim 128; 8,448 of 8,832 at 64). When the unit
+completes, its two pages are quantized from its rows: block 2u's from rows 0..127 (pages 2u and
+2u + 1), written to page 2u, then block 2u + 1's from rows 128..255 (pages 2u + 2 and 2u + 3),
+written to page 2u + 1 (the store reads a block's rows before it writes its page, and stores the
+two in that order); the next window starts in page 2u + 2. (At a unit boundary the window is empty
+and the request holds pages 2u + 2 and 2u + 3, not yet 2u + 4: the next token brings it.) Window
+pages are never shared: prefix caching shares complete units only (s4kv.backend.spec caches a
+block only once its unit is complete and cuts hits at unit boundaries), and a request always
+(re)starts at a unit boundary, so the rows it reads from its window are always ones it wrote. A
+running request holds 3 pages more than a 16-bit cache would leave partly empty, and only while it
+runs.
 
 Bytes per token per kv head: D + 2 + 6 * D / BLOCK_SIZE (K and V together).
     head_dim 128: 128 + 2 + 6 = 136 B  (bf16: 512 B, 3.76x)
@@ -100,9 +114,12 @@ Numerics, precisely (implementations must match)
           min and max over tokens 1..BLOCK_SIZE-1 of the block (token 0 is stored exact).
 * Values: s = fp16_up(max|v| / 7.5);                         code = clamp(floor(v * inv + 8), 0, 15)
   token 0 of a block: s = fp16_up(max|v| / 127.5);           code = clamp(floor(v * inv + 128), 0, 255)
+  window rows (keys and values): the token 0 rule, codes 0..255, on the rotated token
   with inv = 1 / s (fp32), or 0 when s == 0. Rounding the scale up and the min down guarantees
   |x - dequant(x)| <= s / 2 for every element.
 * fp16_up(x) / fp16_down(x): the nearest fp16 at or above / at or below x.
+* A unit's pages are quantized from its window rows dequantized in fp32 ((code - 127.5) * scale),
+  the exact first key of a block being its first row's dequantized key (16-bit).
 """
 
 from __future__ import annotations
@@ -121,6 +138,11 @@ CODE_LEVELS = 15  # codes 0..15
 FIRST_VALUE_LEVELS = 255  # the first token's value: codes 0..255
 FP16_MAX = 65504.0
 SCALE_DTYPE = torch.float16
+UNIT_BLOCKS = 2  # blocks quantized together
+UNIT = UNIT_BLOCKS * BLOCK_SIZE  # tokens of a unit: the window holds 0..UNIT-1 of them
+WINDOW_LEVELS = FIRST_VALUE_LEVELS  # window rows: codes 0..255
+WINDOW_SLOTS = 64  # window rows per (page, kv head) region
+WINDOW_PAGES = UNIT // WINDOW_SLOTS  # pages that hold a window: its unit's two and the two after them
 
 
 @dataclass(frozen=True)
@@ -185,31 +207,55 @@ def page_size_bytes(num_kv_heads: int, head_size: int, block_size: int = BLOCK_S
     return num_kv_heads * PageLayout(head_size, block_size).region_bytes
 
 
-def tail_rows_per_region(head_size: int, itemsize: int = 2) -> int:
-    """Exact tail rows (D elements of `itemsize` bytes) that fit in one (block, kv head) region."""
-    return PageLayout(head_size).region_bytes // (head_size * itemsize)
+@dataclass(frozen=True)
+class WindowLayout:
+    """Byte offsets of the window rows inside one (page, kv head) region (s4kv.format, "The window")."""
+
+    head_size: int
+
+    def __post_init__(self):
+        if self.nbytes > PageLayout(self.head_size).region_bytes:
+            raise ValueError("window rows do not fit a region")
+
+    @property
+    def k_codes(self) -> int:
+        return 0
+
+    @property
+    def v_codes(self) -> int:
+        return WINDOW_SLOTS * self.head_size
+
+    @property
+    def k_scale(self) -> int:
+        return 2 * WINDOW_SLOTS * self.head_size
+
+    @property
+    def v_scale(self) -> int:
+        return self.k_scale + 2 * WINDOW_SLOTS
+
+    @property
+    def nbytes(self) -> int:
+        return self.v_scale + 2 * WINDOW_SLOTS
 
 
-def tail_blocks(head_size: int, itemsize: int = 2) -> int:
-    """Pages that hold a request's exact tail: its incomplete block's page and the ones after it."""
-    return -(-2 * BLOCK_SIZE // tail_rows_per_region(head_size, itemsize))
-
-
-TAIL_BLOCKS = tail_blocks(128)  # 16-bit models, every supported head size
-assert all(tail_blocks(d) == TAIL_BLOCKS for d in SUPPORTED_HEAD_SIZES)
+def pages_boundary(pos):
+    """First position a query at `pos` reads from its window (the position rule): every position
+    below it is read from pages. Works on ints and tensors."""
+    return (pos + 1) // UNIT * UNIT
 
 
 def blocks_held(num_tokens: int, head_size: int = 128, itemsize: int = 2) -> int:
-    """Pages a request of `num_tokens` tokens holds: its complete blocks and its tail's pages.
+    """Pages a request of `num_tokens` tokens holds: its blocks and its window's pages.
 
-    At a block boundary (num_tokens a multiple of BLOCK_SIZE) its tail is empty: it holds the pages
-    of the block that just completed and of that block's tail (the store read it there), not yet
-    the next tail's; the token after it takes one page more. So the count never falls as a request
-    grows, and its largest value up to max_model_len is this function at max_model_len, with no
-    assumption about how the scheduler caps a request's length."""
+    Its last token's block and the WINDOW_PAGES - 1 pages after it: the window of unit u lives in
+    pages 2u .. 2u + WINDOW_PAGES - 1 and its last token is in block 2u or 2u + 1. At a unit
+    boundary (num_tokens a multiple of UNIT) the window is empty, and the token after it takes one
+    page more. So the count never falls as a request grows, and its largest value up to
+    max_model_len is this function at max_model_len, with no assumption about how the scheduler
+    caps a request's length. (`head_size`, `itemsize`: every supported shape holds the same.)"""
     if num_tokens <= 0:
         return 0
-    return (num_tokens - 1) // BLOCK_SIZE + tail_blocks(head_size, itemsize)
+    return (num_tokens - 1) // BLOCK_SIZE + WINDOW_PAGES
 
 
 def density_vs(head_size: int, dtype_bytes: int = 2) -> float:
@@ -255,9 +301,11 @@ def rotation(head_size: int, device=None, dtype=torch.float32) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
-    """x [..., D] -> x @ R in fp32 (the +-1 product accumulated in fp32, then scaled)."""
+    """x [..., D] -> x @ R in fp32 (the +-1 product accumulated in float64, scaled, rounded to fp32
+    once: a token's rotated row does not depend on the batch it is computed in, whose shape picks
+    how a fp32 matmul orders its sums)."""
     d = x.shape[-1]
-    return (x.float() @ rotation_pm1(d, x.device)) * (1.0 / math.sqrt(d))
+    return ((x.double() @ rotation_pm1(d, x.device, torch.float64)) * (1.0 / math.sqrt(d))).float()
 
 
 def unrotate(y: torch.Tensor) -> torch.Tensor:
@@ -358,12 +406,16 @@ def first_key_dtype(model_dtype: torch.dtype) -> torch.dtype:
 
 
 def encode_blocks(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Rotate and quantize full blocks. k, v [..., BLOCK_SIZE, D] (exact, model dtype) -> regions
-    uint8 [..., region_bytes]."""
+    """Full blocks as the format stores them: k, v [..., BLOCK_SIZE, D] (exact, model dtype), through
+    their 8-bit window rows -> regions uint8 [..., region_bytes]."""
+    return encode_window_blocks(window_round_trip(k), window_round_trip(v), k.dtype)
+
+
+def encode_window_blocks(k: torch.Tensor, v: torch.Tensor, model_dtype: torch.dtype) -> torch.Tensor:
+    """Quantize full blocks from their dequantized window rows: k, v [..., BLOCK_SIZE, D] (fp32,
+    rotated basis) -> regions uint8 [..., region_bytes]."""
     *lead, t, d = k.shape
     lay = PageLayout(d, t)
-    model_dtype = k.dtype
-    k, v = rotate(k), rotate(v)
     kc, ks, km = quantize_keys(k)
     vc, vs = quantize_values(v)
     kp, vp = pack_codes(kc), pack_codes(vc)
@@ -414,48 +466,75 @@ def decode_blocks(regions: torch.Tensor, head_size: int, model_dtype: torch.dtyp
 
 
 def fake_quantize_blocks(k: torch.Tensor, v: torch.Tensor):
-    """What a full block reads back as after encode/decode, in the rotated basis:
+    """What a full block reads back as from its page, in the rotated basis:
     k, v [..., T, D] (exact, model dtype) -> fp32."""
     return decode_blocks(encode_blocks(k, v), k.shape[-1], k.dtype, k.shape[-2])
 
 
 # ---------------------------------------------------------------------------------------------
-# The exact tail inside the pages
+# The window: 8-bit rows inside the pages
 
 
-def _tail_rows(regions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """regions uint8 [num_blocks, Hkv, region_bytes] -> a view [num_blocks, Hkv, R, D] of the tail
-    rows each region can hold, in `dtype` (writes go through to the pages)."""
+def quantize_window(x: torch.Tensor):
+    """x [..., D] (exact, model dtype) -> the token's window row: codes uint8 [..., D] and scale fp32
+    [...] of its rotated copy."""
+    return quantize_values(rotate(x), WINDOW_LEVELS)
+
+
+def dequantize_window(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Window rows -> fp32 [..., D] in the rotated basis."""
+    return dequantize_values(codes, scale, WINDOW_LEVELS)
+
+
+def window_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """What a token reads back as from the window: x [..., D] exact -> fp32, rotated basis."""
+    return dequantize_window(*quantize_window(x))
+
+
+def _window_views(regions: torch.Tensor):
+    """regions uint8 [num_blocks, Hkv, region_bytes] -> views (writes go through to the pages) of the
+    window rows every region can hold: key codes, value codes [num_blocks, Hkv, WINDOW_SLOTS, D]
+    uint8, key scales, value scales [num_blocks, Hkv, WINDOW_SLOTS] fp16."""
     nb, hkv, nbytes = regions.shape
     d = next(h for h in SUPPORTED_HEAD_SIZES if PageLayout(h).region_bytes == nbytes)
-    rows = tail_rows_per_region(d, dtype.itemsize)
-    return regions[..., :rows * d * dtype.itemsize].view(dtype).view(nb, hkv, rows, d)
+    lay = WindowLayout(d)
+    n = WINDOW_SLOTS
+
+    def codes(off):
+        return regions[..., off:off + n * d].view(nb, hkv, n, d)
+
+    def scales(off):
+        return regions[..., off:off + 2 * n].view(SCALE_DTYPE)
+
+    return codes(lay.k_codes), codes(lay.v_codes), scales(lay.k_scale), scales(lay.v_scale)
 
 
-def tail_index(tail_pages: torch.Tensor, rows_per_region: int, tail_rows: torch.Tensor):
-    """(page id, row inside the region) of tail rows: tail_pages [..., TAIL_BLOCKS] (the block
-    table entries b .. b + TAIL_BLOCKS - 1), tail_rows [..., n] (0..2*BLOCK_SIZE-1, broadcast)."""
-    j = torch.div(tail_rows, rows_per_region, rounding_mode="floor")
-    return torch.gather(tail_pages, -1, j.expand(*tail_pages.shape[:-1], j.shape[-1])), tail_rows % rows_per_region
+def window_index(window_pages: torch.Tensor, rows: torch.Tensor):
+    """(page id, slot) of window rows: window_pages [..., WINDOW_PAGES] (the block table entries
+    2u .. 2u + WINDOW_PAGES - 1 of the window's unit u), rows [..., n] (0..UNIT-1, broadcast)."""
+    j = torch.div(rows, WINDOW_SLOTS, rounding_mode="floor")
+    return torch.gather(window_pages, -1, j.expand(*window_pages.shape[:-1], j.shape[-1])), rows % WINDOW_SLOTS
 
 
-def read_tail(regions: torch.Tensor, tail_pages: torch.Tensor, n: int, dtype: torch.dtype):
-    """The first n exact tail tokens of requests: tail_pages [R, TAIL_BLOCKS] (int64, page ids
-    b .. b + TAIL_BLOCKS - 1 of each request's tail block b) -> k, v [R, Hkv, n, D] in `dtype`."""
-    rows = _tail_rows(regions, dtype)
-    t = torch.arange(n, device=tail_pages.device)[None, :]
+def read_window(regions: torch.Tensor, window_pages: torch.Tensor, n: int):
+    """The first n window rows of requests, dequantized: window_pages [R, WINDOW_PAGES] (int64) ->
+    k, v fp32 [R, Hkv, n, D] in the rotated basis. Rows a request has not written hold whatever
+    bytes its pages hold (NaN included): callers mask them."""
+    kc, vc, ks, vs = _window_views(regions)
+    page, slot = window_index(window_pages, torch.arange(n, device=window_pages.device)[None, :])
     out = []
-    for base in (0, BLOCK_SIZE):  # keys, then values
-        page, r = tail_index(tail_pages, rows.shape[2], base + t)
-        out.append(rows[page, :, r].transpose(1, 2))  # [R, n, Hkv, D] -> [R, Hkv, n, D]
+    for c, s in ((kc, ks), (vc, vs)):  # [R, n, Hkv, ...] -> [R, Hkv, n, ...]
+        out.append(dequantize_window(c[page, :, slot].transpose(1, 2), s[page, :, slot].transpose(1, 2).float()))
     return out[0], out[1]
 
 
-def write_tail(regions: torch.Tensor, tail_pages: torch.Tensor, pos: torch.Tensor, k: torch.Tensor,
-               v: torch.Tensor) -> None:
-    """Write tail tokens: tail_pages [R, TAIL_BLOCKS], pos [R, n] (token index in the tail block),
-    k, v [R, n, Hkv, D] (model dtype)."""
-    rows = _tail_rows(regions, k.dtype)
-    for base, x in ((0, k), (BLOCK_SIZE, v)):
-        page, r = tail_index(tail_pages, rows.shape[2], base + pos)
-        rows[page, :, r] = x
+def write_window(regions: torch.Tensor, window_pages: torch.Tensor, pos: torch.Tensor, k_codes: torch.Tensor,
+                 k_scale: torch.Tensor, v_codes: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write window rows: window_pages [R, WINDOW_PAGES], pos [R, n] (row index in the window),
+    codes [R, n, Hkv, D] uint8, scales [R, n, Hkv] (quantize_window's)."""
+    kc, vc, ks, vs = _window_views(regions)
+    page, slot = window_index(window_pages, pos)
+    kc[page, :, slot] = k_codes
+    vc[page, :, slot] = v_codes
+    ks[page, :, slot] = k_scale.to(SCALE_DTYPE)
+    vs[page, :, slot] = v_scale.to(SCALE_DTYPE)

@@ -1,11 +1,11 @@
 """Reference attention in plain PyTorch: the semantics every implementation must reproduce.
 
 * :func:`dense_attention` is ordinary causal softmax attention in fp32 (no cache, no quantization).
-* :func:`kivi_attention` is what an ``int4_kivi`` cache computes for one sequence: quantize every
-  complete block exactly as the page format does (``s4kv.format``: rotated basis), apply the
-  position rule (a query sees complete blocks quantized and the rest exact), attend. Scores of
-  quantized keys use the rotated query; the part of the output that comes from pages is rotated
-  back; exact tokens are used as they are.
+* :func:`kivi_attention` is what an ``int4_kivi`` cache computes for one sequence: every token's
+  8-bit window row and every complete unit's pages exactly as the format builds them
+  (``s4kv.format``: rotated basis, pages quantized from the window rows), the position rule (a
+  query sees complete units from pages and the rest, its own token included, from window rows),
+  attend with the rotated query, rotate the output back.
 
 Both take the full, exact K/V of the sequence, so they are independent of how a runtime pages,
 chunks or batches it. The CPU backend and the Triton kernels are tested against
@@ -41,7 +41,8 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
 
 def quantized_prefix(k: torch.Tensor, v: torch.Tensor, block_size: int = fmt.BLOCK_SIZE):
-    """Dequantized K/V (rotated basis, fp32) of every complete block: k, v [T, H, D] -> [nb * block_size, H, D]."""
+    """Pages of every complete block, dequantized (rotated basis, fp32): k, v [T, H, D] ->
+    [nb * block_size, H, D]."""
     t, h, d = k.shape
     nb = t // block_size
     kb = k[: nb * block_size].reshape(nb, block_size, h, d).permute(0, 2, 1, 3)
@@ -63,26 +64,27 @@ def kivi_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     tk, hkv, _ = k.shape
     q_start = tk - tq if q_start is None else q_start
     group = hq // hkv
+    unit = fmt.UNIT_BLOCKS * block_size
+    nq = (tk // unit) * unit  # positions in complete units: the only ones any query reads from pages
     if quantize:
-        kq, vq = quantized_prefix(k, v, block_size)
+        kw, vw = fmt.window_round_trip(k), fmt.window_round_trip(v)
+        kq, vq = quantized_prefix(k[:nq], v[:nq], block_size)
     else:
-        nq = (tk // block_size) * block_size
-        kq, vq = fmt.rotate(k[:nq]), fmt.rotate(v[:nq])
-    nq = kq.shape[0]
+        kw, vw = fmt.rotate(k), fmt.rotate(v)
+        kq, vq = kw[:nq], vw[:nq]
 
     pos_q = torch.arange(q_start, q_start + tq)[:, None]
     pos_k = torch.arange(tk)[None, :]
-    boundary = ((pos_q + 1) // block_size) * block_size  # first exact position for each query
-    s_exact = torch.einsum("qhd,khd->hqk", q.float(), k.float().repeat_interleave(group, dim=1))
-    s_quant = torch.einsum("qhd,khd->hqk", fmt.rotate(q), kq.repeat_interleave(group, dim=1))
-    use_quant = pos_k[:, :nq] < boundary  # [Tq, nq]
-    s = s_exact.clone()
-    s[:, :, :nq] = torch.where(use_quant, s_quant, s_exact[:, :, :nq])
-    s = (s * scale).masked_fill(pos_k > pos_q, float("-inf"))
-    p = torch.softmax(s, dim=-1)
-    p_quant = torch.where(use_quant, p[:, :, :nq], torch.zeros(()))
-    p_exact = p.clone()
-    p_exact[:, :, :nq] = torch.where(use_quant, torch.zeros(()), p[:, :, :nq])
-    o_exact = torch.einsum("hqk,khd->qhd", p_exact, v.float().repeat_interleave(group, dim=1))
-    o_quant = torch.einsum("hqk,khd->qhd", p_quant, vq.repeat_interleave(group, dim=1))
-    return o_exact + fmt.unrotate(o_quant)
+    use_page = pos_k[:, :nq] < (pos_q + 1) // unit * unit  # [Tq, nq]
+    qr = fmt.rotate(q)
+
+    def mixed(page: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        """[Tq, Tk, Hkv, D]: for each query, the page copy where it reads pages, else the window's."""
+        out = window[None].expand(tq, -1, -1, -1).clone()
+        out[:, :nq] = torch.where(use_page[:, :, None, None], page[None], window[None, :nq])
+        return out.repeat_interleave(group, dim=2)
+
+    s = torch.einsum("qhd,qkhd->hqk", qr, mixed(kq, kw)) * scale
+    s = s.masked_fill(pos_k > pos_q, float("-inf"))
+    o = torch.einsum("hqk,qkhd->qhd", torch.softmax(s, dim=-1), mixed(vq, vw))
+    return fmt.unrotate(o)

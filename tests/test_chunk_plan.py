@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from s4kv import format as fmt
-from s4kv.kernels.chunk_plan import EXACT, PAGE, plan_chunks, scratch_pages
+from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, scratch_pages
 
 BS = fmt.BLOCK_SIZE
 
@@ -26,32 +26,32 @@ def _groups(w):
         out.append((int(w.cu_seqlens_q[i + 1] - w.cu_seqlens_q[i]), int(w.seqused_k[i]), pages))
     return out
 
-
-def test_prompt_of_two_blocks_and_a_bit():
-    # positions 0..290: groups g=0 (0..126), g=1 (127..254), g=2 (255..290)
-    (w,) = _plan([(0, 291)])
-    assert (w.tok0, w.tok1) == (0, 291)
-    assert w.jobs.tolist() == [[0, 0, PAGE], [0, 1, PAGE], [0, 0, EXACT], [0, 1, EXACT], [0, 2, EXACT]]
+def test_prompt_of_two_units_and_a_bit():
+    # positions 0..580: groups g=0 (0..254), g=1 (255..510), g=2 (511..580)
+    (w,) = _plan([(0, 581)])
+    assert (w.tok0, w.tok1) == (0, 581)
+    assert [tuple(j) for j in w.jobs] == [(0, b, PAGE) for b in range(4)] + [(0, b, WINDOW) for b in range(5)]
     assert _groups(w) == [
-        (127, 127, [(EXACT, 0)]),  # inside block 0: its own tokens exact
-        (128, 255, [(PAGE, 0), (EXACT, 1)]),  # 127 (last of block 0) reads page 0; then block 1 exact
-        (36, 291, [(PAGE, 0), (PAGE, 1), (EXACT, 2)]),
+        (255, 255, [(WINDOW, 0), (WINDOW, 1)]),  # inside unit 0: its rows
+        (256, 511, [(PAGE, 0), (PAGE, 1), (WINDOW, 2), (WINDOW, 3)]),  # 255 (last of unit 0) reads its pages
+        (70, 581, [(PAGE, 0), (PAGE, 1), (PAGE, 2), (PAGE, 3), (WINDOW, 4)]),
     ]
 
 
-def test_chunk_ending_on_a_block_boundary_has_a_one_query_group():
-    # context 100, 156 new: positions 100..255; 255 completes block 1 and reads it quantized
-    (w,) = _plan([(100, 156)])
-    assert _groups(w) == [(27, 127, [(EXACT, 0)]), (128, 255, [(PAGE, 0), (EXACT, 1)]),
-                          (1, 256, [(PAGE, 0), (PAGE, 1)])]
-    assert [tuple(j) for j in w.jobs] == [(0, 0, PAGE), (0, 1, PAGE), (0, 0, EXACT), (0, 1, EXACT)]
+def test_chunk_ending_on_a_unit_boundary_has_a_one_query_group():
+    # context 100, 412 new: positions 100..511; 511 completes unit 1 and reads it from pages
+    (w,) = _plan([(100, 412)])
+    assert _groups(w) == [(155, 255, [(WINDOW, 0), (WINDOW, 1)]),
+                          (256, 511, [(PAGE, 0), (PAGE, 1), (WINDOW, 2), (WINDOW, 3)]),
+                          (1, 512, [(PAGE, 0), (PAGE, 1), (PAGE, 2), (PAGE, 3)])]
+    assert [tuple(j) for j in w.jobs] == [(0, b, PAGE) for b in range(4)] + [(0, b, WINDOW) for b in range(4)]
 
 
-def test_chunk_starting_at_the_last_token_of_a_block_needs_no_exact_page_for_it():
-    # context 127: the first query (127) already sees block 0 quantized, so block 0 needs no exact page
-    (w,) = _plan([(127, 10)])
-    assert _groups(w) == [(10, 137, [(PAGE, 0), (EXACT, 1)])]
-    assert [tuple(j) for j in w.jobs] == [(0, 0, PAGE), (0, 1, EXACT)]
+def test_chunk_starting_at_the_last_token_of_a_unit_reads_no_rows_of_it():
+    # context 255: the first query (255) already sees unit 0 from pages
+    (w,) = _plan([(255, 10)])
+    assert _groups(w) == [(10, 265, [(PAGE, 0), (PAGE, 1), (WINDOW, 2)])]
+    assert [tuple(j) for j in w.jobs] == [(0, 0, PAGE), (0, 1, PAGE), (0, 2, WINDOW)]
 
 
 def test_decode_rows_before_first_row_are_skipped_and_empty_rows_too():
@@ -59,25 +59,27 @@ def test_decode_rows_before_first_row_are_skipped_and_empty_rows_too():
     (w,) = waves
     assert (w.tok0, w.tok1) == (1, 31)  # row 2's tokens follow row 0's single one
     assert {j[0] for j in w.jobs} == {2}
-    assert _groups(w) == [(30, 330, [(PAGE, 0), (PAGE, 1), (EXACT, 2)])]
+    assert _groups(w) == [(30, 330, [(PAGE, 0), (PAGE, 1), (WINDOW, 2)])]
 
 
 def test_waves_split_rows_to_fit_the_scratch():
-    rows = [(3 * BS, 50), (BS, 200), (0, 20)]  # 3 + 1 pages, 2 + 2 pages, 0 + 1 pages
-    assert sum(len(w.jobs) for w in _plan(rows)) == 9
-    assert [(w.tok0, w.tok1, len(w.jobs)) for w in _plan(rows, capacity=5)] == [(0, 50, 4), (50, 270, 5)]
-    waves = _plan(rows, capacity=4)
-    assert [(w.tok0, w.tok1, len(w.jobs)) for w in waves] == [(0, 50, 4), (50, 250, 4), (250, 270, 1)]
+    rows = [(3 * BS, 50), (BS, 200), (0, 20)]  # 2 + 2 pages, 2 + 3 pages, 0 + 1 pages
+    assert sum(len(w.jobs) for w in _plan(rows)) == 10
+    assert [(w.tok0, w.tok1, len(w.jobs)) for w in _plan(rows, capacity=6)] == [(0, 50, 4), (50, 270, 6)]
+    waves = _plan(rows, capacity=5)
+    assert [(w.tok0, w.tok1, len(w.jobs)) for w in waves] == [(0, 50, 4), (50, 250, 5), (250, 270, 1)]
     # every wave's block table points into its own pages only, and page ids restart per wave
     for w in waves:
         assert w.block_table.max() < len(w.jobs)
-    with pytest.raises(RuntimeError, match="needs 4 scratch pages, 3 reserved"):
-        _plan(rows, capacity=3)
+    with pytest.raises(RuntimeError, match="needs 5 scratch pages, 4 reserved"):
+        _plan(rows, capacity=4)
+
 
 
 def test_an_engines_scratch_holds_any_single_row():
     max_len, chunk = 32768, 8192
     cap = scratch_pages(max_len, chunk)
-    for ctx, n in [(max_len - chunk, chunk), (max_len - chunk - 1, chunk), (max_len - 1, 1), (5, chunk)]:
+    for ctx, n in [(max_len - chunk, chunk), (max_len - chunk - 1, chunk), (max_len - chunk - 255, chunk),
+                   (max_len - 1, 1), (5, chunk), (255, chunk)]:
         (w,) = _plan([(ctx, n)], capacity=cap)
         assert len(w.jobs) <= cap

@@ -78,7 +78,7 @@ def test_page_round_trip(dtype, d):
     regions = fmt.encode_blocks(k, v)
     assert regions.dtype == torch.uint8 and regions.shape == (2, 3, fmt.PageLayout(d).region_bytes)
     kq, vq = fmt.decode_blocks(regions, d, dtype)
-    kr, vr = fmt.rotate(k), fmt.rotate(v)  # pages hold the rotated basis
+    kr, vr = fmt.window_round_trip(k), fmt.window_round_trip(v)  # pages hold the rotated basis, quantized from the 8-bit window rows
     kc, ks, km = fmt.quantize_keys(kr)
     vc, vs = fmt.quantize_values(vr)
     expect_k = fmt.dequantize_keys(kc, ks.half().float(), km.half().float())
@@ -101,7 +101,7 @@ def test_first_value_is_8_bit_in_the_first_tokens_code_bytes(d):
     regions = fmt.encode_blocks(k, v)
     lay = fmt.PageLayout(d)
     half = d // 2
-    vr = fmt.rotate(v)
+    vr = fmt.window_round_trip(v)
     fc, fs = fmt.quantize_values(vr[:, 0], fmt.FIRST_VALUE_LEVELS)
     assert fc.max() > 15  # 8-bit codes, not 4-bit ones
     v_row = regions[:, lay.v_codes:lay.v_scale].reshape(2, half, 128)[:, :, 0]
@@ -124,8 +124,8 @@ def test_constant_channel_is_reproduced():
     codes, scale, mn = fmt.quantize_keys(k)
     assert torch.allclose(fmt.dequantize_keys(codes, scale, mn), k, atol=2e-3)  # fp16 grid of the min
     kq, vq = fmt.fake_quantize_blocks(k, torch.zeros(1, 1, 128, 64))
-    assert torch.allclose(kq[..., 1:, :], fmt.rotate(k)[..., 1:, :], atol=2e-3)
-    assert torch.allclose(kq[..., 0, :], fmt.rotate(k)[..., 0, :], rtol=4e-3)  # first key: bf16 of fp32
+    assert torch.allclose(kq[..., 1:, :], fmt.window_round_trip(k)[..., 1:, :], atol=2e-3)
+    assert torch.allclose(kq[..., 0, :], fmt.window_round_trip(k)[..., 0, :], rtol=4e-3)  # first key: bf16 of fp32
     assert torch.equal(vq, torch.zeros(1, 1, 128, 64))  # zero range: scale 0, exact
 
 
@@ -203,3 +203,9 @@ def test_nibble_packing_layout():
     assert packed.shape == (1, 16)
     assert packed[0, 0] == codes[0, 0] | (codes[0, 16] << 4)
     assert torch.equal(fmt.unpack_codes(packed), codes)
+
+
+def test_position_rule_reads_complete_units_from_pages():
+    # a query reads a unit from pages once the unit's last token is at or before it
+    assert [fmt.pages_boundary(p) for p in (0, 254, 255, 256, 510, 511)] == [0, 0, 256, 256, 256, 512]
+    assert fmt.UNIT == fmt.UNIT_BLOCKS * fmt.BLOCK_SIZE == 256

@@ -42,16 +42,21 @@ def test_without_quantization_equals_dense(hq, hkv, tk, tq):
     assert _rel(out, ref) < 1e-5
 
 
+def _window_only(q, k, v, scale):
+    """Dense attention over every token's 8-bit window row (what a query reads before any unit is complete)."""
+    o = dense_attention(fmt.rotate(q), fmt.window_round_trip(k), fmt.window_round_trip(v), scale)
+    return fmt.unrotate(o)
+
+
 @pytest.mark.parametrize("d", [64, 128])
-def test_within_exact_window_equals_dense(d):
-    # Fewer tokens than a block: nothing is quantized yet, so int4_kivi is dense attention
-    # (only the bf16 rounding of the rotated K/V, which the residual stores).
-    q, k, v = _qkv(100, 100, 4, 2, d, torch.bfloat16)
-    ref = dense_attention(q, k, v, d ** -0.5)
-    out = kivi_attention(q, k, v, d ** -0.5)
-    assert _rel(out, ref) < 1e-2
-    q32, k32, v32 = _qkv(100, 100, 4, 2, d, torch.float32)
-    assert _rel(kivi_attention(q32, k32, v32, d ** -0.5), dense_attention(q32, k32, v32, d ** -0.5)) < 1e-5
+def test_within_the_window_reads_8_bit_rows(d):
+    # Fewer tokens than a unit: nothing is read from pages; every token, the query's own included,
+    # is its 8-bit window row: dense attention over those rows, close to dense attention.
+    for dtype in (torch.bfloat16, torch.float32):
+        q, k, v = _qkv(200, 200, 4, 2, d, dtype)
+        out = kivi_attention(q, k, v, d ** -0.5)
+        assert _rel(out, _window_only(q, k, v, d ** -0.5)) < 1e-5
+        assert _rel(out, dense_attention(q, k, v, d ** -0.5)) < 1e-2
 
 
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2), (7, 1)])
@@ -65,13 +70,15 @@ def test_quantized_close_to_dense(hq, hkv, tk):
 
 
 def test_position_rule_boundary():
-    # A query on the last token of a block sees that block quantized; the token before it
-    # sees it exact. Build K/V where quantization matters and compare with a manual mix.
-    q, k, v = _qkv(2, BS, 2, 1, 64, seed=5)
-    out = kivi_attention(q, k, v, 0.125, q_start=BS - 2)  # positions 126 and 127
-    exact = kivi_attention(q, k, v, 0.125, q_start=BS - 2, quantize=False)
-    assert torch.allclose(out[0], exact[0], atol=1e-5)  # position 126: block incomplete, exact
-    assert not torch.allclose(out[1], exact[1], atol=1e-4)  # position 127: block complete
+    # The last token of a unit sees the unit from pages; the token before it from window rows.
+    unit = fmt.UNIT
+    q, k, v = _qkv(2, unit, 2, 1, 64, seed=5)
+    out = kivi_attention(q, k, v, 0.125, q_start=unit - 2)  # positions 254 and 255
+    window = _window_only(q, k, v, 0.125)  # [2, ...]: the last two queries over the rows
+    assert torch.allclose(out[0], window[0], atol=1e-5)  # position 254: unit incomplete, its rows
+    assert not torch.allclose(out[1], window[1], atol=1e-4)  # position 255: unit complete, its pages
+    pages = kivi_attention(q, k, v, 0.125, q_start=unit - 2, quantize=False)
+    assert _rel(out, pages) < 0.1
 
 
 def test_chunking_does_not_change_the_result():

@@ -1,5 +1,5 @@
 """The int4_kivi KV-cache spec and its manager, with vLLM's own block pool and registry: a
-request's exact tail is pages vLLM allocates, counts and frees (s4kv.backend.spec)."""
+request's window is pages vLLM allocates, counts and frees (s4kv.backend.spec)."""
 
 import itertools
 
@@ -47,21 +47,24 @@ def test_page_size_and_per_request_bounds():
     assert spec.page_size_bytes == fmt.page_size_bytes(4, 128) == 4 * 128 * 136
     # the workers' block table and vLLM's "fits one request" check include the tail's pages: the
     # most a request of at most 8192 tokens ever holds is at 8191 (64 at 8192, whose tail is empty)
-    assert spec.max_num_blocks_per_req(None, 8192) == 63 + fmt.TAIL_BLOCKS
-    assert spec.max_num_blocks_per_req(None, 8200) == 64 + fmt.TAIL_BLOCKS
+    assert spec.max_num_blocks_per_req(None, 8192) == 63 + fmt.WINDOW_PAGES
+    assert spec.max_num_blocks_per_req(None, 8200) == 64 + fmt.WINDOW_PAGES
     assert max(fmt.blocks_held(n) for n in range(8193)) == fmt.blocks_held(8192)
 
 
-def test_blocks_held_never_falls_and_covers_the_old_tail_at_a_boundary():
-    """A request's pages never shrink while it grows (vLLM's manager only adds), and at a block
-    boundary it still holds the completed block's tail pages, which the store reads in that step."""
-    bs, tb = fmt.BLOCK_SIZE, fmt.TAIL_BLOCKS
-    held = [fmt.blocks_held(n) for n in range(4 * bs + 2)]
+def test_blocks_held_never_falls_and_covers_the_window():
+    """A request's pages never shrink while it grows (vLLM's manager only adds); while its window
+    has rows it holds the window's pages, and at a unit boundary it still holds the completed
+    unit's window pages, which the store reads in that step."""
+    bs, unit, wp = fmt.BLOCK_SIZE, fmt.UNIT, fmt.WINDOW_PAGES
+    held = [fmt.blocks_held(n) for n in range(4 * unit + 2)]
     assert held[0] == 0 and all(a <= b for a, b in itertools.pairwise(held))
+    for n in range(1, len(held)):
+        u = n // unit if n % unit else n // unit - 1  # the window this step writes or (boundary) reads
+        assert held[n] >= unit // bs * u + wp, n
     for m in (1, 2, 3):
-        b = m - 1  # the block that completes at m * bs tokens, its tail in pages b .. b + tb - 1
-        assert held[m * bs] == b + tb == held[m * bs - 1]
-        assert held[m * bs + 1] == m + tb  # the next token: the next tail's pages
+        assert held[m * unit] == held[m * unit - 1]
+        assert held[m * unit + 1] == held[m * unit] + 1  # the next token: the next window's last page
 
 
 @pytest.mark.parametrize("tokens", [1, 127, 128, 300, 1000])
@@ -70,7 +73,7 @@ def test_a_request_holds_its_blocks_and_its_tail_pages_until_freed(tokens):
     free0 = pool.get_num_free_blocks()
     mgr.req_to_blocks["r"]  # a new request (defaultdict)
     blocks = mgr.allocate_new_blocks("r", tokens, tokens)
-    assert len(blocks) == (tokens - 1) // 128 + fmt.TAIL_BLOCKS == fmt.blocks_held(tokens)
+    assert len(blocks) == (tokens - 1) // 128 + fmt.WINDOW_PAGES == fmt.blocks_held(tokens)
     assert pool.get_num_free_blocks() == free0 - len(blocks)
     # growing to the end of its block allocates nothing; the next block's first token, one page
     end = -(-tokens // 128) * 128
@@ -80,23 +83,26 @@ def test_a_request_holds_its_blocks_and_its_tail_pages_until_freed(tokens):
     assert pool.get_num_free_blocks() == free0
 
 
-def test_tail_layout_fits_the_pages():
+def test_window_layout_fits_the_pages():
     for d in fmt.SUPPORTED_HEAD_SIZES:
-        rows = fmt.tail_rows_per_region(d)
-        assert rows * d * 2 <= fmt.PageLayout(d).region_bytes
-        assert fmt.TAIL_BLOCKS * rows >= 2 * fmt.BLOCK_SIZE > (fmt.TAIL_BLOCKS - 1) * rows
-    assert (fmt.tail_rows_per_region(128), fmt.tail_rows_per_region(64)) == (68, 69)
+        assert fmt.WindowLayout(d).nbytes <= fmt.PageLayout(d).region_bytes
+        assert fmt.WINDOW_PAGES * fmt.WINDOW_SLOTS == fmt.UNIT
+    assert (fmt.WindowLayout(128).nbytes, fmt.WindowLayout(64).nbytes) == (16640, 8448)
 
 
-def test_tail_round_trip_through_the_pages():
+def test_window_round_trip_through_the_pages():
     g = torch.Generator().manual_seed(0)
     regions = torch.randint(0, 256, (12, 2, fmt.PageLayout(64).region_bytes), dtype=torch.uint8, generator=g)
     pages = torch.tensor([[7, 2, 9, 4], [1, 11, 0, 5]])
-    k = torch.randn(2, 100, 2, 64, generator=g).bfloat16()
-    v = torch.randn(2, 100, 2, 64, generator=g).bfloat16()
+    k = torch.randn(2, 200, 2, 64, generator=g).bfloat16()
+    v = torch.randn(2, 200, 2, 64, generator=g).bfloat16()
+    (kc, ks), (vc, vs) = fmt.quantize_window(k), fmt.quantize_window(v)
     before = regions.clone()
-    fmt.write_tail(regions, pages, torch.arange(100).expand(2, -1), k, v)
-    rk, rv = fmt.read_tail(regions, pages, 100, torch.bfloat16)
-    assert torch.equal(rk, k.transpose(1, 2)) and torch.equal(rv, v.transpose(1, 2))
+    fmt.write_window(regions, pages, torch.arange(200).expand(2, -1), kc, ks, vc, vs)
+    rk, rv = fmt.read_window(regions, pages, 200)
+    assert torch.equal(rk, fmt.dequantize_window(kc, ks).transpose(1, 2))
+    assert torch.equal(rv, fmt.dequantize_window(vc, vs).transpose(1, 2))
     untouched = [b for b in range(12) if b not in pages.flatten().tolist()]
     assert torch.equal(regions[untouched], before[untouched])
+    # 8 bits of the rotated token, against its exact value
+    assert (rk - fmt.rotate(k).transpose(1, 2)).abs().max() <= fmt.rotate(k).abs().max() / 255 * 1.01

@@ -183,7 +183,7 @@ def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
 
 
 def _cache_tensors(rows: int, hkv: int, d: int, dt):
-    """Zero pages for `rows` requests, exact tails included (compiling reads only their shapes)."""
+    """Zero pages for `rows` requests, windows included (compiling reads only their shapes)."""
     from s4kv import format as fmt
 
     return torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
@@ -201,9 +201,15 @@ def compiled_decode(cc: int, shape: str, dtype: str, options: dict):
     md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
     regions = _cache_tensors(rows, hkv, d, dt)
     q = torch.zeros(rows, hq, d, dtype=dt)
-    k = torch.zeros(rows, hkv, d, dtype=dt)
     return _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
-        q, k, k.clone(), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
+        q, _step_rows(rows, hkv, d), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
+
+
+def _step_rows(tokens: int, hkv: int, d: int):
+    """A step's window rows as the kernels take them (s4kv.kernels.store.StepRows), built without a
+    launch (the compile-only driver launches nothing)."""
+    codes = torch.zeros(tokens, hkv, d, dtype=torch.uint8)
+    return codes, codes.clone(), torch.zeros(tokens, hkv, 2, dtype=torch.float16)
 
 
 def _page_counts(kern) -> collections.Counter:
@@ -228,11 +234,11 @@ def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     rows, qlen = 2, 256
     md = _metadata(rows, qlen, 1000)
     regions = _cache_tensors(rows, hkv, d, dt)
-    k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
     (wave,) = to_device(plan_chunks(md.query_start_loc_cpu.numpy(), md.seq_lens_cpu.numpy(), 0, None), "cpu")
     kp = torch.zeros(len(wave.jobs), 128, hkv, d, dtype=chunk.STAGE_DTYPE)
     kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
-                           lambda: chunk.stage_pages(wave, k, k.clone(), regions, md, kp, kp.clone(), PAGE))
+                           lambda: chunk.stage_pages(wave, _step_rows(rows * qlen, hkv, d), regions, md, dt, kp,
+                                                     kp.clone(), PAGE))
     return _facts(cc, shape, dtype, opts, kern, _page_counts(kern))
 
 
@@ -244,12 +250,11 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
 
     _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
-    rows, qlen = 2, fmt.BLOCK_SIZE
+    rows, qlen = 2, fmt.UNIT
     md = _metadata(rows, qlen, qlen)
     regions = _cache_tensors(rows, hkv, d, dt)
-    k = torch.zeros(rows * qlen, hkv, d, dtype=dt)
     kern, opts = _compiled(cc, "store", d, options, store._store_blocks_kernel,
-                           lambda: store.store_blocks(k, k.clone(), regions, md, 1))
+                           lambda: store.store_blocks(_step_rows(rows * qlen, hkv, d), regions, md, 1, dt))
     bodies = loops(_sass(kern))
     page = max(bodies, key=lambda c: sum(c.values())) if bodies else collections.Counter()
     return _facts(cc, shape, dtype, opts, kern, page)

@@ -16,7 +16,7 @@ from s4kv import format as fmt
 
 
 class S4KVAttentionBackend(AttentionBackend):
-    # The store needs each row's exact tail and complete blocks together, which only forward() has.
+    # The store needs each row's window and completed units together, which only forward() has.
     forward_includes_kv_cache_update: bool = True
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list[str]] = [fmt.KV_CACHE_DTYPE]

@@ -57,17 +57,19 @@ class S4KVAttentionImpl(AttentionImpl):
 
         self.chunk_scratch_pages = scratch_pages(conf.model_config.max_model_len,
                                                  conf.scheduler_config.max_num_batched_tokens)
+        # this step's tokens as window rows (s4kv.kernels.store.StepRows): one per scheduled token
+        self.max_num_batched_tokens = conf.scheduler_config.max_num_batched_tokens
         self._ops = None
 
     def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
         # Workspaces are reserved while the model loads, so vLLM's memory profiling counts them
-        # before it sizes the KV cache. Requests keep nothing outside their pages (their exact
-        # tails are in pages vLLM allocates and counts, s4kv.backend.spec).
+        # before it sizes the KV cache. Requests keep nothing outside their pages (their
+        # windows are in pages vLLM allocates and counts, s4kv.backend.spec).
         self._prepare(act_dtype, _current_device())
 
     def _prepare(self, dtype: torch.dtype, device: torch.device) -> None:
         if dtype.itemsize != 2:
-            raise UnsupportedModelError(f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} keeps exact tails in 16 bits; "
+            raise UnsupportedModelError(f"kv_cache_dtype={fmt.KV_CACHE_DTYPE} supports 16-bit models; "
                                         f"model dtype {dtype} is not supported (serve it in bfloat16 or float16)")
         self._ops = _select_ops(device)
         self._device = device
@@ -78,16 +80,19 @@ class S4KVAttentionImpl(AttentionImpl):
                                     num_sms(device), device)
             logger.info_once(f"int4_kivi decode workspace: {DecodeWorkspace.nbytes() / 2**20:.0f} MiB "
                              f"(split partials for up to max_num_seqs={self.max_num_seqs} decode rows)")
-        tail = fmt.TAIL_BLOCKS * fmt.page_size_bytes(self.num_kv_heads, self.head_size)
-        logger.info_once(f"int4_kivi exact tails: 0 bytes reserved outside the KV pool; each running request "
-                         f"keeps its incomplete block exact in {fmt.TAIL_BLOCKS} of its own pages "
-                         f"({tail * self.num_layers / 2**20:.2f} MiB over {self.num_layers} layers, "
-                         f"{fmt.TAIL_BLOCKS - 1} pages more than its incomplete block), allocated by "
+        window = fmt.WINDOW_PAGES * fmt.page_size_bytes(self.num_kv_heads, self.head_size)
+        logger.info_once(f"int4_kivi windows: 0 bytes reserved outside the KV pool; each running request "
+                         f"keeps its last 0..{fmt.UNIT - 1} tokens (its incomplete unit of {fmt.UNIT_BLOCKS} "
+                         f"blocks) in 8 bits in {fmt.WINDOW_PAGES} of its own pages "
+                         f"({window * self.num_layers / 2**20:.2f} MiB over {self.num_layers} layers, "
+                         f"{fmt.WINDOW_PAGES - 1} pages more than its last block), allocated by "
                          f"vLLM's scheduler while it runs and freed on finish or preemption")
         if self._ops.__name__.endswith("triton_ops"):
             from s4kv.backend.selfcheck import check_kernels
+            from s4kv.kernels.store import StepRows
 
             self._reserve_chunk_scratch(device)
+            StepRows.reserve(self.max_num_batched_tokens, self.num_kv_heads, self.head_size, device)
 
             # this GPU's compiled kernels against the reference, before anything is served
             check_kernels(self.num_heads, self.num_kv_heads, self.head_size, dtype, device)
@@ -140,9 +145,11 @@ def memory_outside_pool(worker) -> dict:
                                                                                S4KVAttentionImpl)]
     layers = sum(v.numel() * v.element_size() for impl in impls for v in vars(impl).values()
                  if isinstance(v, torch.Tensor))
+    from s4kv.kernels.store import StepRows
+
     chunk = sum(t.numel() * t.element_size() for pair in ChunkWorkspace._buffers.values() for t in pair)
     return {"layers_with_int4_kivi": len(impls), "layers": layers, "decode_workspace": DecodeWorkspace.nbytes(),
-            "chunk_scratch": chunk}
+            "chunk_scratch": chunk, "step_rows": StepRows.nbytes()}
 
 
 def _select_ops(device: torch.device):

@@ -1,7 +1,7 @@
 """The int4_kivi backend's metadata builder: vLLM's per-step metadata into the kernels' batch
 (s4kv.kernels.batch.S4KVMetadata, shared by every layer of a step).
 
-No per-request state lives outside vLLM's pages: a request's exact tail is in pages its block
+No per-request state lives outside vLLM's pages: a request's window is in pages its block
 table lists (s4kv.format), so rows need nothing but the block table, whatever the runner does
 with them (condense, swap, reorder) and whoever fills them (dummy and padding rows read and write
 only the null page or pages of their own)."""

@@ -49,20 +49,20 @@ def check_kernels(num_heads: int, num_kv_heads: int, head_size: int, dtype: torc
     """Raise KernelSelfCheckError unless the kernels reproduce s4kv.reference for this layer shape.
 
     Once per process and shape. One request, five steps, each compared with the reference: a
-    prompt of 2 blocks + 37 tokens in one chunk (the store kernel writes two pages; chunk attention
-    over pages + exact tokens), a decode step (split-KV over the pages + the exact tail), a chunk
-    that reads pages, its tail and itself, a decode step that completes the third block, and one
-    after it. The pages start as noise: a tail row never written must never be read.
+    prompt of a unit + 37 tokens in one chunk (the store kernel writes two pages; chunk attention
+    over pages + window rows), a decode step (split-KV over the pages + the window), a chunk that
+    reads pages, its window and itself, a decode step that completes the second unit, and one
+    after it. The pages start as noise: a window row never written must never be read.
     """
     from s4kv.reference import kivi_attention
 
     key = (str(device), num_heads, num_kv_heads, head_size, dtype)
     if key in _checked:
         return
-    bs = fmt.BLOCK_SIZE
-    prompt = 2 * bs + 37
-    steps = [(0, prompt), (prompt, 1), (prompt + 1, 3 * bs - 2 - prompt), (3 * bs - 1, 1), (3 * bs, 1)]
-    length = 3 * bs + 1
+    unit = fmt.UNIT
+    prompt = unit + 37
+    steps = [(0, prompt), (prompt, 1), (prompt + 1, 2 * unit - 2 - prompt), (2 * unit - 1, 1), (2 * unit, 1)]
+    length = 2 * unit + 1
     g = torch.Generator().manual_seed(0)
     q = torch.randn(length, num_heads, head_size, generator=g).to(dtype)
     k = torch.randn(length, num_kv_heads, head_size, generator=g).mul(2).to(dtype)

@@ -279,10 +279,10 @@ def kv_capacity(llm) -> dict:
 
         mc, par = vc.model_config, vc.parallel_config
         page = fmt.page_size_bytes(mc.get_num_kv_heads(par), mc.get_head_size()) * mc.get_num_layers(par)
-        # where int4_kivi's exact recent tokens live: nothing outside the pool, TAIL_BLOCKS pages of
-        # the pool per running request (s4kv.format, "The exact tail")
-        out.update(residual_reserved_bytes=0, tail_pages_per_running_request=fmt.TAIL_BLOCKS,
-                   tail_bytes_per_running_request=fmt.TAIL_BLOCKS * page)
+        # where int4_kivi's recent tokens (its window) live: nothing outside the pool, WINDOW_PAGES pages of
+        # the pool per running request (s4kv.format, "The window")
+        out.update(residual_reserved_bytes=0, tail_pages_per_running_request=fmt.WINDOW_PAGES,
+                   tail_bytes_per_running_request=fmt.WINDOW_PAGES * page)
     return out
 
 

@@ -1,8 +1,9 @@
 """Triton kernels of the int4_kivi cache (CUDA; also run under TRITON_INTERPRET=1 on CPU in tests).
 
-* ``store``: quantize completed blocks into pages; write incomplete tails exact into their pages
-  (``tail``: where a tail's rows are).
-* ``decode``: split-KV decode attention over pages + exact tail, and the split reduction.
+* ``store``: this step's tokens as 8-bit window rows; completed units quantized into pages from
+  their rows; the rows of incomplete units kept in their windows (``window``: where a window's rows
+  are, and how a kernel reads them).
+* ``decode``: split-KV decode attention over pages + window, and the split reduction.
 * ``chunk``: attention of query chunks (prefill, chunked prefill, prefix-cache extends): the pages a
   chunk reads are staged in 16 bits (``chunk_plan`` says which), then vLLM's FlashAttention
   (``flash``) runs over them.

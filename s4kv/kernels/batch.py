@@ -21,14 +21,14 @@ class S4KVMetadata:
     query_start_loc: torch.Tensor  # [num_reqs + 1] int32, device
     seq_lens: torch.Tensor  # [num_reqs] int32, device: context length after this step
     # [num_reqs, max_blocks] int32, device: a row of L tokens lists fmt.blocks_held(L) pages
-    # (its complete blocks, then the pages of its exact tail)
+    # (its blocks, then the rest of its window's pages)
     block_table: torch.Tensor
     # Host copies, exact for everything s4kv accepts (no speculative decoding).
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
     # Launch shapes, from the host copies (constant for a captured decode graph).
     num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
-    max_new_blocks: int = 0  # most blocks any row completes in this step
+    max_new_blocks: int = 0  # most blocks any row's completed units hold in this step
     decode_splits: int = 1  # KV splits per decode row and kv head
     # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
     chunk_waves: tuple | None = None
@@ -51,6 +51,6 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
         md.num_decodes = int(not_decode[0]) if len(not_decode) else n
         seq = md.seq_lens_cpu[:n]
         ctx = seq - qlens
-        md.max_new_blocks = int((seq // fmt.BLOCK_SIZE - ctx // fmt.BLOCK_SIZE).max()) if n else 0
+        md.max_new_blocks = int(((seq // fmt.UNIT - ctx // fmt.UNIT) * fmt.UNIT_BLOCKS).max()) if n else 0
     md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
     return md

@@ -6,10 +6,10 @@
 For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
 28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
 reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
-block, the exact tail, queries) over the time, next to a device-to-device copy measured in the
-same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
-flash-attn is importable. A context that is not a multiple of 128 gives every row an exact tail
-of context % 128 - 1 tokens (serving's rows have 0..127). With --breakdown, also each kernel's own
+unit, the window's 8-bit rows, queries) over the time, next to a device-to-device copy measured in
+the same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
+flash-attn is importable. Every row's window holds the context's last context % 256 tokens
+(serving's rows have 0..255; 32768 has none but its own token, 32704 has 192). With --breakdown, also each kernel's own
 device time (the profiler's, over eager calls) and what the graph replay spends beside them. With --prefill-contexts, also chunk (prefill) attention: one chunk of
 queries after a cached context (the stage kernel + FlashAttention over the staged pages), attention
 TFLOP/s, next to bf16 FlashAttention on a bf16 cache of the same shape.
@@ -92,32 +92,31 @@ def _random_pages(num_blocks: int, hkv: int, d: int, gen, device="cuda") -> torc
     return regions
 
 
-def _fill_tails(regions, bt, n_pages: int, d: int, dtype, gen) -> None:
-    """Finite exact tails (random bytes there read as 16-bit values would be NaN/inf)."""
-    tail_pages = bt[:, n_pages:].long()
-    pos = torch.arange(fmt.BLOCK_SIZE - 1, device=bt.device)[None, :].expand(bt.shape[0], -1)
-    x = torch.randn(bt.shape[0], fmt.BLOCK_SIZE - 1, regions.shape[1], d, device=bt.device, generator=gen).to(dtype)
-    fmt.write_tail(regions, tail_pages, pos, x, x)
+def _fill_windows(regions, bt, first_block: int, d: int, dtype, gen) -> None:
+    """Windows of quantized random tokens (every row a window can hold, in the pages from first_block)."""
+    pages = bt[:, first_block:first_block + fmt.WINDOW_PAGES].long()
+    pos = torch.arange(fmt.UNIT - 1, device=bt.device)[None, :].expand(bt.shape[0], -1)
+    x = torch.randn(bt.shape[0], fmt.UNIT - 1, regions.shape[1], d, device=bt.device, generator=gen).to(dtype)
+    codes, scale = fmt.quantize_window(x)
+    fmt.write_window(regions, pages, pos, codes, scale, codes, scale)
 
 
 def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128, dtype=torch.bfloat16,
                   device="cuda"):
     """(q, k, v, regions, md) of `batch` decode rows at position context - 1: random int4 pages in a
-    shuffled block table, finite exact tails, launch shapes planned as for a captured decode batch;
-    the same tensors on every call (one seeded generator draws all of them)."""
-    bs = fmt.BLOCK_SIZE
-    n_pages = context // bs
+    shuffled block table, windows of quantized tokens, launch shapes planned as for a captured
+    decode batch; the same tensors on every call (one seeded generator draws all of them)."""
     held = fmt.blocks_held(context, d, dtype.itemsize)
     num_blocks = batch * held
     gen = torch.Generator(device=device).manual_seed(0)
-    regions = _random_pages(num_blocks, hkv, d, gen, device)  # tails: random bytes, as finite 16-bit values below
+    regions = _random_pages(num_blocks, hkv, d, gen, device)
     q = torch.randn(batch, hq, d, dtype=dtype, device=device, generator=gen)
     k = torch.randn(batch, hkv, d, dtype=dtype, device=device, generator=gen)
-    # from the seeded generator too: the new token's value is read at every point with an exact tail
+    # from the seeded generator too: the new token's value is read at every point with a window
     v = torch.randn(k.shape, dtype=dtype, device=device, generator=gen)
     perm = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
     bt = perm[: batch * held].view(batch, held).contiguous()
-    _fill_tails(regions, bt, n_pages, d, dtype, gen)
+    _fill_windows(regions, bt, (context - 1) // fmt.UNIT * fmt.UNIT_BLOCKS, d, dtype, gen)
     seq = torch.full((batch,), context, dtype=torch.int32, device=device)
     qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
     md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
@@ -132,21 +131,25 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
     FlashAttention on the same shape, when vLLM's is importable."""
     from s4kv.kernels.decode import decode_attention
+    from s4kv.kernels.store import quantize_rows
 
     bs = fmt.BLOCK_SIZE
     lay = fmt.PageLayout(d)
     q, k, v, regions, md = decode_inputs(context, batch, hq, hkv, d, dtype)
     out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
+    # this step's rows, quantized once per layer outside the attention call (as reshape_and_cache
+    # is outside a 16-bit cache's)
+    rows = quantize_rows(k, v)
 
     def run():
-        decode_attention(q, k, v, regions, md, batch, d ** -0.5, out, md.decode_splits)
+        decode_attention(q, rows, regions, md, batch, d ** -0.5, out, md.decode_splits)
 
     ms = _graph_time(run)
     if output is not None:
         output.append(out.clone())
-    tail = context - (context // bs) * bs
-    read = batch * hkv * (((context) // bs) * lay.region_bytes + tail * 2 * d * q.element_size()) \
-        + q.numel() * q.element_size() + 2 * k.numel() * k.element_size()
+    pages = fmt.pages_boundary(context - 1) // bs
+    window = context - pages * bs  # window rows, the token's own included
+    read = batch * hkv * (pages * lay.region_bytes + window * (2 * d + 4)) + q.numel() * q.element_size()
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
                "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3)}
     if breakdown:
@@ -193,9 +196,9 @@ def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool
 
 def prefill_inputs(context: int, chunk: int, hq: int, hkv: int, d: int, dtype, device="cuda"):
     """(q, k, v, regions, md, out) of one request: `chunk` new tokens after `context` cached
-    ones (rounded down to complete blocks), pages in a shuffled block table."""
-    bs = fmt.BLOCK_SIZE
-    context = context // bs * bs
+    ones (rounded down to complete units, where a prefix hit or a chunk of a unit's size ends),
+    pages in a shuffled block table."""
+    context = context // fmt.UNIT * fmt.UNIT
     total = context + chunk
     num_blocks = fmt.blocks_held(total, d, dtype.itemsize)
     gen = torch.Generator(device=device).manual_seed(1)
@@ -221,21 +224,23 @@ def time_prefill(inputs, d: int) -> dict:
     import triton.testing
 
     from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, stage_pages, step_waves
-    from s4kv.kernels.chunk_plan import EXACT, PAGE
+    from s4kv.kernels.chunk_plan import PAGE, WINDOW
+    from s4kv.kernels.store import quantize_rows
 
     q, k, v, regions, md, out = inputs
+    rows = quantize_rows(k, v)
     hkv = k.shape[1]
     t0 = time.perf_counter()
     for _ in range(20):
         md.chunk_waves = None
         step_waves(md, 0, hkv, d, k.device)
     plan_us = (time.perf_counter() - t0) / 20 * 1e6
-    ms = triton.testing.do_bench(lambda: chunk_attention(q, k, v, regions, md, 0, d ** -0.5, out, store=False),
+    ms = triton.testing.do_bench(lambda: chunk_attention(q, rows, regions, md, 0, d ** -0.5, out, store=False),
                                  warmup=10, rep=100, return_mode="median")
     (wave,) = step_waves(md, 0, hkv, d, k.device)
     kp, vp = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
-    stage_ms = triton.testing.do_bench(lambda: (stage_pages(wave, k, v, regions, md, kp, vp, EXACT),
-                                                stage_pages(wave, k, v, regions, md, kp, vp, PAGE)),
+    stage_ms = triton.testing.do_bench(lambda: (stage_pages(wave, rows, regions, md, q.dtype, kp, vp, WINDOW),
+                                                stage_pages(wave, rows, regions, md, q.dtype, kp, vp, PAGE)),
                                        warmup=10, rep=100, return_mode="median")
     return {"ms": ms, "stage_ms": stage_ms, "plan_us": plan_us}
 

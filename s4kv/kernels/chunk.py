@@ -4,9 +4,10 @@ Prefill is compute-bound, so instead of a fused int4 attention kernel the chunk 
 through two launches per wave (s4kv.kernels.chunk_plan):
 
 1. the stage kernel fills a 16-bit scratch ([pages, BS, Hkv, D], the layout FlashAttention pages
-   take): each complete block a row reads is unpacked from its int4 page and rotated back into
-   the original basis, and each block that holds queries of this step gets its exact tokens
-   (the request's exact tail + this step's K/V) on a page of its own;
+   take): each block of a complete unit a row reads is unpacked from its int4 page and rotated
+   back into the original basis, and each block whose window rows this step's queries read (the
+   request's window + this step's rows, s4kv.kernels.window) gets them dequantized and rotated
+   back on a page of its own;
 2. vLLM's FlashAttention runs over those pages, one causal sequence per query group, so the
    position rule holds exactly (see chunk_plan).
 
@@ -19,9 +20,9 @@ The staged pages and the FlashAttention call are fp16 for fp16 and bf16 models a
 staging the chunk steps of the startup self-check differed from the reference by up to 9.8e-3
 (relative L2, bf16 model, fp32 attention under Triton's interpreter), at the check's 1e-2 limit
 before FlashAttention's own rounding; with fp16 staging 1.7-2.2e-3, the same as the decode
-kernel's (most of it the bf16 output's rounding). Page values lie in the fp16 range by the
-format's saturation; bf16 queries and exact tokens convert exactly when their magnitude is within
-it (6.1e-5..65504) and saturate at +-65504 like the pages do, with NaN kept as NaN.
+kernel's (most of it the bf16 output's rounding). Page and row values lie in the fp16 range by the
+format's saturation (staged values are clamped to it); bf16 queries convert exactly when their
+magnitude is within it (6.1e-5..65504) and saturate at +-65504, with NaN kept as NaN.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
-from s4kv.kernels.chunk_plan import EXACT, PAGE, plan_chunks, to_device
+from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
 from s4kv.kernels.quant import clamp_fp16, rotate_halves
 from s4kv.kernels.store import store_blocks
-from s4kv.kernels.tail import tail_constants, tail_rows
+from s4kv.kernels.window import load_window_rows, window_constants
 
 STAGE_DTYPE = torch.float16
 
@@ -48,15 +49,16 @@ STAGE_DTYPE = torch.float16
 @triton.jit(do_not_specialize=["jobs_ptr"])
 def _stage_kernel(
     jobs_ptr,  # [pages, 3] int32: (row, block, kind)
-    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
-    cache_ptr, stride_cb, stride_ch,  # int4 pages, uint8 (exact tails included)
+    kc_ptr, vc_ptr, sc_ptr,  # this step's window rows (s4kv.kernels.store.StepRows)
+    cache_ptr, stride_cb, stride_ch,  # int4 pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     kp_ptr, vp_ptr, stride_pp, stride_pt, stride_ph,  # scratch pages [P, BS, Hkv, D], model dtype
     rot_ptr,
     BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
-    TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr, KIND: tl.constexpr,
+    UNIT: tl.constexpr, HKV: tl.constexpr, SLOTS: tl.constexpr, W_V_CODES: tl.constexpr,
+    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr, KIND: tl.constexpr,
 ):
     page = tl.program_id(0)
     h = tl.program_id(1)
@@ -97,31 +99,24 @@ def _stage_kernel(
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
         tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs).to(odt))
         tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs).to(odt))
-    else:  # a block holding queries: its exact tokens (the old tail, then this step's), zeros after
+    else:  # a block's window rows (the old window's, then this step's), zeros after them
         q_start = tl.load(qsl_ptr + row)
         seq_len = tl.load(seq_lens_ptr + row)
         ctx = seq_len - (tl.load(qsl_ptr + row + 1) - q_start)
         pos = b * BS + t
-        in_tail = pos < ctx  # the old tail holds block ctx // BS, the only block partly there
-        from_tail = in_tail[:, None]
-        from_new = ((pos >= ctx) & (pos < seq_len))[:, None]
-        bt_row = block_table_ptr + row * stride_bt
-        tail_row = pos - ctx // BS * BS
-        dt = k_ptr.dtype.element_ty
-        rk = tail_rows(cache_ptr, bt_row, ctx // BS, tail_row, h * stride_ch, stride_cb, in_tail,
-                       TAIL_ROWS, ROW_BYTES, dt)[:, None] + c[None, :]
-        rv = tail_rows(cache_ptr, bt_row, ctx // BS, BS + tail_row, h * stride_ch, stride_cb, in_tail,
-                       TAIL_ROWS, ROW_BYTES, dt)[:, None] + c[None, :]
-        tok = (q_start + pos - ctx)[:, None]
-        nk = k_ptr + tok * stride_kt + h * stride_kh + c[None, :]
-        nv = v_ptr + tok * stride_vt + h * stride_vh + c[None, :]
-        for part in tl.static_range(2):
-            off = part * HALF
-            kx = tl.load(rk + off, mask=from_tail, other=0.0) + tl.load(nk + off, mask=from_new, other=0.0)
-            vx = tl.load(rv + off, mask=from_tail, other=0.0) + \
-                tl.load(nv + off, mask=from_new, other=0.0)
-            tl.store(kp_ptr + dst + off, clamp_fp16(kx.to(tl.float32)).to(odt))
-            tl.store(vp_ptr + dst + off, clamp_fp16(vx.to(tl.float32)).to(odt))
+        first = ctx // UNIT * (UNIT // BS)  # the old window's unit: the only one partly there
+        k_lo, k_hi, ks, v_lo, v_hi, vs = load_window_rows(
+            cache_ptr, block_table_ptr + row * stride_bt, first, pos - first * BS, h * stride_ch, stride_cb,
+            pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, (pos >= ctx) & (pos < seq_len), c,
+            HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
+        # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
+        # number, so it goes on after the rotation (as the pages' value scales do)
+        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        tl.store(kp_ptr + dst, clamp_fp16(k_lo * ks[:, None]).to(odt))
+        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi * ks[:, None]).to(odt))
+        tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs[:, None]).to(odt))
+        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs[:, None]).to(odt))
 
 
 class ChunkWorkspace:
@@ -172,21 +167,22 @@ class ChunkWorkspace:
                                  torch.empty(shape, dtype=STAGE_DTYPE, device=device))
 
 
-def stage_pages(wave, k, v, regions, md, k_pages, v_pages, kind: int) -> None:
-    """Fill the scratch pages of the wave's jobs of `kind` (PAGE or EXACT), every kv head."""
-    d, hkv = k.shape[2], k.shape[1]
+def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: int) -> None:
+    """Fill the scratch pages of the wave's jobs of `kind` (PAGE or WINDOW), every kv head."""
+    kc, vc, sc = rows
+    d, hkv = kc.shape[2], kc.shape[1]
     lay = fmt.PageLayout(d)
     _stage_kernel[(len(wave.jobs), hkv)](
         wave.device["jobs"],
-        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        kc, vc, sc,
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         k_pages, v_pages, k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-        rotation_operand(d, STAGE_DTYPE, k.device),
+        rotation_operand(d, STAGE_DTYPE, kc.device),
         BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
-        **tail_constants(d, k.dtype), KIND=kind, **launch_options("stage", d, k.device),
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
+        UNIT=fmt.UNIT, HKV=hkv, **window_constants(d), KIND=kind, **launch_options("stage", d, kc.device),
     )
 
 
@@ -211,23 +207,24 @@ def to_stage_dtype(x: torch.Tensor) -> torch.Tensor:
     return x.to(STAGE_DTYPE).clamp_(-fmt.FP16_MAX, fmt.FP16_MAX)
 
 
-def chunk_attention(q, k, v, regions, md, first_row: int, sm_scale: float, out: torch.Tensor,
+def chunk_attention(q, rows, regions, md, first_row: int, sm_scale: float, out: torch.Tensor,
                     store: bool = True) -> None:
-    """out for the rows first_row.. (any query lengths); q, k, v exact (model dtype). Stores the
-    blocks these rows complete (store_blocks), wave by wave; the tails are appended afterwards.
+    """out for the rows first_row.. (any query lengths); q (model dtype); rows: this step's window
+    rows (s4kv.kernels.store.quantize_rows). Stores the blocks of the units these rows complete
+    (store_blocks), wave by wave; the windows are appended afterwards.
 
-    Per wave: the exact blocks are staged first, because the old tail they copy lives in the
-    pages the store then writes (s4kv.format); then the store; then the complete blocks, which
-    include the ones just stored."""
+    Per wave: the window blocks are staged first, because the old window they read lives in the
+    pages the store then writes (s4kv.format); then the store; then the blocks of complete
+    units, which include the ones just stored."""
     if first_row >= md.num_reqs:
         return
-    hkv, d = k.shape[1], k.shape[2]
-    for wave in step_waves(md, first_row, hkv, d, k.device):
-        k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
-        stage_pages(wave, k, v, regions, md, k_pages, v_pages, EXACT)
+    hkv, d = rows[0].shape[1], rows[0].shape[2]
+    for wave in step_waves(md, first_row, hkv, d, q.device):
+        k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, q.device)
+        stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, WINDOW)
         if store:
-            store_blocks(k, v, regions, md, wave.max_new_blocks, rows=(wave.row0, wave.row1))
-        stage_pages(wave, k, v, regions, md, k_pages, v_pages, PAGE)
+            store_blocks(rows, regions, md, wave.max_new_blocks, q.dtype, rows_range=(wave.row0, wave.row1))
+        stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, PAGE)
         dev = wave.device
         varlen_paged_attention(to_stage_dtype(q[wave.tok0:wave.tok1]), k_pages, v_pages, dev["cu_seqlens_q"],
                                wave.max_seqlen_q, dev["seqused_k"], wave.max_seqlen_k, dev["block_table"], sm_scale,

@@ -2,18 +2,19 @@
 each chunk row needs in the 16-bit scratch, and the FlashAttention call that reads them.
 
 The position rule of ``s4kv.format`` says a query at position p reads positions below
-B(p) = floor((p + 1) / BS) * BS from pages and B(p)..p exact. Queries with the same
-g = floor((p + 1) / BS) see the same thing: pages 0..g-1 quantized, then exact tokens of block g
-up to themselves. So the queries of a row are cut into *groups* by g (positions g*BS - 1 ..
-g*BS + BS - 2: the last token of a block already sees its own block quantized), and every group
+B(p) = floor((p + 1) / UNIT) * UNIT from pages and B(p)..p from window rows. Queries with the same
+g = floor((p + 1) / UNIT) see the same thing: the pages of units 0..g-1, then the rows of unit g up
+to themselves. So the queries of a row are cut into *groups* by g (positions g*UNIT - 1 ..
+g*UNIT + UNIT - 2: the last token of a unit already sees its own unit from pages), and every group
 becomes one sequence of a paged, causal FlashAttention call whose key pages are
 
-    [ page 0 dequantized, ..., page g-1 dequantized, block g exact ]
+    [ page 0 dequantized, ..., page 2g-1 dequantized, block 2g's rows, block 2g+1's rows ]
 
-with the causal mask aligned at the bottom right (FlashAttention's convention), so query p sees
-keys 0..p of that list: exactly the position rule. The dequantized pages are shared by all
-groups of a row (the block table lists them again), so each page is unpacked once per row and
-layer, in the original basis, and the attention is vLLM's own FlashAttention.
+(the rows' blocks as far as the group's queries reach) with the causal mask aligned at the bottom
+right (FlashAttention's convention), so query p sees keys 0..p of that list: exactly the position
+rule. The dequantized pages are shared by all groups of a row (the block table lists them again),
+so each page is unpacked once per row and layer, in the original basis, and the attention is
+vLLM's own FlashAttention.
 
 A plan is a list of waves: a wave is as many consecutive chunk rows as the scratch holds (an
 engine reserves enough for one row of max_model_len plus a full chunk, so a wave has at least
@@ -30,16 +31,16 @@ import torch
 from s4kv import format as fmt
 
 # What a scratch page is filled with (the stage kernel's `kind`).
-PAGE = 0  # a complete block, dequantized from its int4 page (original basis)
-EXACT = 1  # a block's exact tokens from the request's exact tail and this step's K/V (zeros after them)
+PAGE = 0  # a block of a complete unit, dequantized from its int4 page (original basis)
+WINDOW = 1  # a block's window rows (the request's window and this step's rows; zeros after them),
+# dequantized and rotated back
 
 
 def scratch_pages(max_model_len: int, max_num_batched_tokens: int) -> int:
-    """Scratch pages that hold any single chunk row: every complete block of a max_model_len
-    sequence, and one exact block per group of a chunk of max_num_batched_tokens (+2: a chunk
-    that starts and ends inside blocks touches two more)."""
-    bs = fmt.BLOCK_SIZE
-    return -(-max_model_len // bs) + -(-max_num_batched_tokens // bs) + 2
+    """Scratch pages that hold any single chunk row: every block of a max_model_len sequence, and
+    two window blocks per group of a chunk of max_num_batched_tokens (a chunk meets at most
+    cdiv(chunk, UNIT) + 1 groups)."""
+    return -(-max_model_len // fmt.BLOCK_SIZE) + fmt.UNIT_BLOCKS * (-(-max_num_batched_tokens // fmt.UNIT) + 1)
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Wave:
     row0: int  # the wave's batch rows: row0 .. row1 - 1 (whole rows)
     row1: int
     max_new_blocks: int  # the most blocks one of its rows completes in this step
-    jobs: np.ndarray  # [pages, 3] int32: (batch row, block index in the row, PAGE | EXACT); page i <- jobs[i]
+    jobs: np.ndarray  # [pages, 3] int32: (batch row, block index in the row, PAGE | WINDOW); page i <- jobs[i]
     cu_seqlens_q: np.ndarray  # [groups + 1] int32, relative to tok0
     seqused_k: np.ndarray  # [groups] int32: keys of each group (its last query's position + 1)
     block_table: np.ndarray  # [groups, width] int32: scratch pages of each group, in key order
@@ -67,18 +68,22 @@ class Wave:
 
 def _row_groups(ctx: int, seq_len: int):
     """(first position, last position, g) of every non-empty group of a row's queries ctx..seq_len-1."""
-    bs = fmt.BLOCK_SIZE
-    for g in range((ctx + 1) // bs, seq_len // bs + 1):
-        p0, p1 = max(ctx, g * bs - 1), min(seq_len - 1, g * bs + bs - 2)
+    unit = fmt.UNIT
+    for g in range((ctx + 1) // unit, seq_len // unit + 1):
+        p0, p1 = max(ctx, g * unit - 1), min(seq_len - 1, g * unit + unit - 2)
         if p0 <= p1:
             yield p0, p1, g
+
+
+def _window_blocks(g: int, p1: int) -> list[int]:
+    """The blocks of unit g whose rows a group reaching position p1 reads."""
+    return [b for b in range(fmt.UNIT_BLOCKS * g, fmt.UNIT_BLOCKS * (g + 1)) if p1 >= b * fmt.BLOCK_SIZE]
 
 
 def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: int,
                 capacity: int | None) -> list[Wave]:
     """Waves for the batch rows first_row.. (host copies of the metadata; rows with no query are
     skipped). `capacity`: scratch pages a wave may use (None: no limit, one wave)."""
-    bs = fmt.BLOCK_SIZE
     waves: list[Wave] = []
     cur: dict | None = None
 
@@ -101,9 +106,9 @@ def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: in
             continue
         ctx = seq_len - qlen
         groups = list(_row_groups(ctx, seq_len))
-        n_full = seq_len // bs
-        exact = [g for p0, p1, g in groups if p1 >= g * bs]
-        need = n_full + len(exact)
+        n_full = seq_len // fmt.UNIT * fmt.UNIT_BLOCKS  # blocks in pages after this step
+        window = [b for _, p1, g in groups for b in _window_blocks(g, p1)]
+        need = n_full + len(window)
         if capacity is not None and need > capacity:
             raise RuntimeError(f"int4_kivi chunk attention: a row of {seq_len} tokens ({qlen} new) needs {need} "
                                f"scratch pages, {capacity} reserved")
@@ -113,15 +118,16 @@ def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: in
                    "groups": []}
         base = len(cur["jobs"])
         cur["jobs"] += [(r, b, PAGE) for b in range(n_full)]
-        exact_page = {g: base + n_full + i for i, g in enumerate(exact)}
-        cur["jobs"] += [(r, g, EXACT) for g in exact]
+        window_page = {b: base + n_full + i for i, b in enumerate(window)}
+        cur["jobs"] += [(r, b, WINDOW) for b in window]
         for p0, p1, g in groups:
-            cur["groups"].append(list(range(base, base + g)) + ([exact_page[g]] if g in exact_page else []))
+            pages = list(range(base, base + fmt.UNIT_BLOCKS * g))
+            cur["groups"].append(pages + [window_page[b] for b in _window_blocks(g, p1)])
             cur["cu"].append(cur["cu"][-1] + p1 - p0 + 1)
             cur["used"].append(p1 + 1)
         cur["tok1"] = q1
         cur["row1"] = r + 1
-        cur["new"] = max(cur["new"], n_full - ctx // bs)
+        cur["new"] = max(cur["new"], n_full - ctx // fmt.UNIT * fmt.UNIT_BLOCKS)
     close()
     return waves
 

@@ -7,8 +7,8 @@ which pages a split covers is computed from the sequence lengths on the device):
    (fp32), once per row, so that no split repeats it and the page loop carries no rotation.
 2. ``_decode_kernel``, one program per (decode row, kv head, split): splits 0..splits-1 walk their
    share of the row's quantized pages, loading each page once for all query heads of the kv head;
-   split `splits` attends to the exact tail (its rows in the pages plus this step's token) in the
-   original basis, as a 16-bit cache would. Pages are never dequantized into tiles: per-channel key
+   split `splits` attends to the window (its 8-bit rows in the pages plus this step's token's row,
+   s4kv.kernels.window), in the rotated basis too. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
    which become 16-bit operands B + c by bit operations (s4kv.kernels.quant.biased_code_operands);
@@ -16,8 +16,8 @@ which pages a split covers is computed from the sequence lengths on the device):
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
    the high nibbles of its value codes are added on their own. PAGES pages per loop iteration
    share one running max and sum.
-3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits (log-sum-exp), rotates
-   their sum back to the original basis once, adds the tail's partial and normalizes.
+3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits and the window's
+   partial (log-sum-exp), rotates their sum back to the original basis once and normalizes.
 """
 
 import math
@@ -32,7 +32,7 @@ from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import biased_code_operands, rotate_halves
-from s4kv.kernels.tail import tail_constants, tail_rows
+from s4kv.kernels.window import window_constants, window_slots
 
 LOG2E = 1.4426950408889634
 # the bias of the unpacked code operands per model dtype (s4kv.kernels.code_ptx.CODE_BIAS)
@@ -202,20 +202,20 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
 # a shrinking batch of 16 SmolLM2 requests met 10 values)
 @triton.jit(do_not_specialize=["splits"])
 def _decode_kernel(
-    q_ptr, stride_qt, stride_qh,  # queries [T, Hq, D] (model dtype, original basis), decode rows first
     qr_ptr,  # [R, Hq, D] fp32: decode queries rotated and scaled by sm_scale * log2(e)
-    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V (original basis)
-    cache_ptr, stride_cb, stride_ch,  # pages, uint8 (exact tails included)
+    kc_ptr, vc_ptr, sc_ptr,  # this step's window rows (s4kv.kernels.store.StepRows)
+    cache_ptr, stride_cb, stride_ch,  # pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, splits + 1, D] fp32, [R, Hq, splits + 1, 2] fp32
-    sm_scale, splits,
+    splits,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
     BS: tl.constexpr, HALF: tl.constexpr, G_PAGES: tl.constexpr, HEAD_CHUNKS: tl.constexpr,
     CODE_BIAS: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr,
+    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
@@ -223,7 +223,7 @@ def _decode_kernel(
     row = tl.program_id(0)
     # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; a
     # larger N makes Triton choose sm90's wgmma for them, which was slower and wrong here), so a
-    # group of more than 8 reads its pages once per 8 query heads; the tail is chunk 0's
+    # group of more than 8 reads its pages once per 8 query heads; the window is chunk 0's
     h = tl.program_id(1) // HEAD_CHUNKS
     chunk = tl.program_id(1) % HEAD_CHUNKS
     hkv = tl.num_programs(1) // HEAD_CHUNKS
@@ -237,7 +237,7 @@ def _decode_kernel(
     q_start = tl.load(qsl_ptr + row)
     qlen = tl.load(qsl_ptr + row + 1) - q_start
     p = tl.load(seq_lens_ptr + row) - 1  # the query's position
-    n_pages = (p + 1) // BS  # complete blocks: read quantized
+    n_pages = (p + 1) // UNIT * (UNIT // BS)  # the blocks of complete units: read from pages
 
     m_i = tl.full([G_PAD], -float("inf"), tl.float32)
     l_i = tl.zeros([G_PAD], tl.float32)
@@ -261,51 +261,59 @@ def _decode_kernel(
                        K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
-            # the exact tail (original basis, as a 16-bit cache): positions n_pages*BS .. p-1
-            # from the tail in the pages, in TAIL_SUB-token tiles, then this step's token
-            scale = sm_scale * 1.4426950408889634  # exp2 domain
-            qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
-            qx_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
-            qx_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-            tail = p - n_pages * BS  # tail tokens before p (-1: the block just completed)
+            # the window (rotated basis, 8-bit rows): positions n_pages*BS .. p-1 from its rows in the
+            # pages, in TAIL_SUB-row tiles, then this step's token's row
+            if PDL:
+                gdc_wait()
+            qrow = qr_ptr + (row * (GROUP * hkv) + hq[:, None]) * (2 * HALF)
+            q_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
+            q_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+            qd_lo = q_lo.to(DOT_DTYPE)
+            qd_hi = q_hi.to(DOT_DTYPE)
+            tail = p - n_pages * BS  # window rows before p (-1: the unit just completed)
             bt_row = block_table_ptr + row * stride_bt
-            dt = k_ptr.dtype.element_ty
             for t0 in tl.range(0, tail, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
                 in_tail = tt < tail
-                rk = tail_rows(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail,
-                               TAIL_ROWS, ROW_BYTES, dt)[:, None]
-                rk_lo = tl.load(rk + c[None, :], mask=in_tail[:, None], other=0.0)
-                rk_hi = tl.load(rk + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
-                # unscaled model-dtype operands, scaled in fp32 after the product (as a 16-bit cache)
-                s = tl.dot(qx_lo.to(DOT_DTYPE), tl.trans(rk_lo.to(DOT_DTYPE)))
-                s = tl.dot(qx_hi.to(DOT_DTYPE), tl.trans(rk_hi.to(DOT_DTYPE)), s)
-                s = tl.where(in_tail[None, :], s * scale, -float("inf"))
+                base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, SLOTS)
+                rk = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :]
+                m = in_tail[:, None]
+                # codes - 127.5 are exact dot operands; the row's scale multiplies the score after
+                ck_lo = (tl.load(rk, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
+                ck_hi = (tl.load(rk + HALF, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
+                ks = tl.load((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=in_tail, other=0.0)
+                s = tl.dot(qd_lo, tl.trans(ck_lo))
+                s = tl.dot(qd_hi, tl.trans(ck_hi), s)  # [G_PAD, TAIL_SUB]
+                s = tl.where(in_tail[None, :], s * ks.to(tl.float32)[None, :], -float("inf"))
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
                 m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
                 alpha = tl.exp2(m_i - m_safe)
                 pr = tl.exp2(s - m_safe[:, None])
                 l_i = l_i * alpha + tl.sum(pr, axis=1)
-                rv = tail_rows(cache_ptr, bt_row, n_pages, BS + tt, h * stride_ch, stride_cb, in_tail,
-                               TAIL_ROWS, ROW_BYTES, dt)[:, None]
-                rv_lo = tl.load(rv + c[None, :], mask=in_tail[:, None], other=0.0)
-                rv_hi = tl.load(rv + HALF + c[None, :], mask=in_tail[:, None], other=0.0)
-                acc_lo = tl.dot(pr.to(DOT_DTYPE), rv_lo.to(DOT_DTYPE), acc_lo * alpha[:, None])
-                acc_hi = tl.dot(pr.to(DOT_DTYPE), rv_hi.to(DOT_DTYPE), acc_hi * alpha[:, None])
+                vs = tl.load((base + W_V_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=in_tail, other=0.0)
+                pv = (pr * vs.to(tl.float32)[None, :]).to(DOT_DTYPE)
+                cv_lo = (tl.load(rk + W_V_CODES, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
+                cv_hi = (tl.load(rk + W_V_CODES + HALF, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
+                acc_lo = tl.dot(pv, cv_lo, acc_lo * alpha[:, None])
+                acc_hi = tl.dot(pv, cv_hi, acc_hi * alpha[:, None])
                 m_i = m_new
-            # this step's token (exact unless it completed its block, then it is in a page)
-            nk = k_ptr + q_start * stride_kt + h * stride_kh
-            s_new = tl.sum(qx_lo.to(tl.float32) * tl.load(nk + c).to(tl.float32)[None, :], axis=1) \
-                + tl.sum(qx_hi.to(tl.float32) * tl.load(nk + HALF + c).to(tl.float32)[None, :], axis=1)
-            s_new = tl.where(tail >= 0, s_new * scale, -float("inf"))
+            # this step's token's row (in the window unless it completed its unit: then in a page)
+            own = q_start.to(tl.int64) * HKV + h
+            ks_own = tl.load(sc_ptr + own * 2).to(tl.float32)
+            vs_own = tl.load(sc_ptr + own * 2 + 1).to(tl.float32)
+            nk_lo = (tl.load(kc_ptr + own * (2 * HALF) + c).to(tl.float32) - 127.5) * ks_own
+            nk_hi = (tl.load(kc_ptr + own * (2 * HALF) + HALF + c).to(tl.float32) - 127.5) * ks_own
+            s_new = tl.sum(q_lo * nk_lo[None, :], axis=1) + tl.sum(q_hi * nk_hi[None, :], axis=1)
+            s_new = tl.where(tail >= 0, s_new, -float("inf"))
             m_new = tl.maximum(m_i, s_new)
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
             p_new = tl.exp2(s_new - m_safe)
             l_i = l_i * alpha + p_new
-            nv = v_ptr + q_start * stride_vt + h * stride_vh
-            acc_lo = acc_lo * alpha[:, None] + p_new[:, None] * tl.load(nv + c).to(tl.float32)[None, :]
-            acc_hi = acc_hi * alpha[:, None] + p_new[:, None] * tl.load(nv + HALF + c).to(tl.float32)[None, :]
+            nv_lo = (tl.load(vc_ptr + own * (2 * HALF) + c).to(tl.float32) - 127.5) * vs_own
+            nv_hi = (tl.load(vc_ptr + own * (2 * HALF) + HALF + c).to(tl.float32) - 127.5) * vs_own
+            acc_lo = acc_lo * alpha[:, None] + p_new[:, None] * nv_lo[None, :]
+            acc_hi = acc_hi * alpha[:, None] + p_new[:, None] * nv_hi[None, :]
             m_i = m_new
 
         o_ptr = part_o_ptr + part_base[:, None] * (2 * HALF)
@@ -319,8 +327,8 @@ def _decode_kernel(
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, splits,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
                    STAGES: tl.constexpr, PDL: tl.constexpr):
-    """Merge the page splits (log-sum-exp, rotated basis), rotate their sum back, add the exact
-    tail's partial (split `splits`, original basis) and normalize. out: any float dtype."""
+    """Merge the page splits and the window's partial (split `splits`), all in the rotated basis
+    (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
     if PDL:  # launched while the page kernel may still run: its partials are complete after this
         gdc_wait()
     row = tl.program_id(0)
@@ -340,7 +348,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     l_all = tl.zeros([G_PAD], tl.float32)
     rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
     rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
-    for s in tl.range(0, splits, num_stages=STAGES):
+    for s in tl.range(0, splits + 1, num_stages=STAGES):
         m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
         ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
         o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
@@ -354,22 +362,11 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         rot_lo = rot_lo * w_old[:, None] + w[:, None] * o_lo
         rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
         m_all = m_new
-    # the pages' share back to the original basis (fp32 operands: tf32 on tensor cores)
+    # back to the original basis (fp32 operands: tf32 on tensor cores)
     out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
-    m = tl.load(part_ml_ptr + (base + splits) * 2, mask=g_ok, other=-float("inf"))
-    m_new = tl.maximum(m_all, m)
-    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-    w_old = tl.exp2(m_all - m_safe)
-    w = tl.exp2(m - m_safe)
-    l_all = l_all * w_old + w * tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=g_ok, other=0.0)
-    o = part_o_ptr + (base + splits)[:, None] * (2 * HALF)
-    out_lo = (out_lo * w_old[:, None] + w[:, None] * tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)) \
-        / l_all[:, None]
-    out_hi = (out_hi * w_old[:, None] + w[:, None] * tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)) \
-        / l_all[:, None]
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
-    tl.store(dst + c[None, :], out_lo.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
-    tl.store(dst + HALF + c[None, :], out_hi.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
+    tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
+    tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
 
 
 # Page programs per SM (four 4-warp programs are resident on sm80/sm90, tools/kernel_static.py) and
@@ -381,7 +378,7 @@ MAX_SPLITS = 32
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
     """Page splits per (row, kv head), from the batch shape only (graph-safe): as many page programs
     as fit PROGRAMS_PER_SM times on the GPU, rounded down so that no second, nearly empty wave of
-    page programs follows (each (row, kv head) also has one short tail program, launched last)."""
+    page programs follows (each (row, kv head) also has one short window program, launched last)."""
     grid = launch_options("decode-grid", 0)
     want = grid.get("programs_per_sm", PROGRAMS_PER_SM) * num_sms
     max_splits = max_splits or grid.get("max_splits", MAX_SPLITS)
@@ -391,7 +388,7 @@ def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int |
 class DecodeWorkspace:
     """Rotated queries and split partials, reserved once per process while the model loads (so
     vLLM's memory profiling counts them) and never reallocated (captured CUDA graphs keep reading
-    the same addresses). A row has `splits` page partials and one for its exact tail."""
+    the same addresses). A row has `splits` page partials and one for its window."""
 
     _buffers: ClassVar[dict] = {}
     _reserved: ClassVar[set] = set()
@@ -449,7 +446,7 @@ PAGE_HEADS = 8
 # SUB: tokens of a page per step. PAGE_STAGES: software-pipeline depth of the page loop; behind the
 # block-table indirection Triton 3.6 double-buffers the pages only from 5 stages on (two pages in
 # flight while one is computed; with 2-4 the next page's copy is issued after the compute).
-# TAIL_SUB / TAIL_STAGES: the exact tail's tiles (its buffers are allocated beside the page
+# TAIL_SUB / TAIL_STAGES: the window's tiles (its buffers are allocated beside the page
 # loop's, so they stay small). maxnreg 128 keeps four 4-warp programs resident per SM without
 # spills on sm80-sm90 (tools/kernel_static.py).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 32, "TAIL_STAGES": 1,
@@ -466,17 +463,19 @@ def programmatic_launch(device) -> bool:
     return not interpreted() and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
+def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
                      out: torch.Tensor, splits: int) -> None:
     """out[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
 
-    q [T, Hq, D], k, v [T, Hkv, D] (model dtype, exact); out [T, Hq, D] (any float dtype).
-    Three launches: rotate the queries, pages and tails (split-KV), reduce.
+    q [T, Hq, D] (model dtype); rows: this step's window rows (s4kv.kernels.store.quantize_rows);
+    out [T, Hq, D] (any float dtype). Three launches: rotate the queries, pages and windows
+    (split-KV), reduce.
     """
     if num_decodes == 0:
         return
     hq, d = q.shape[1], q.shape[2]
-    hkv = k.shape[1]
+    kc, vc, sc = rows
+    hkv = kc.shape[1]
     group = hq // hkv
     g_pad = max(16, triton.next_power_of_2(group))
     head_chunks = -(-group // PAGE_HEADS)
@@ -490,16 +489,17 @@ def decode_attention(q, k, v, regions, md, num_decodes: int, sm_scale: float,
         GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
     )
     _decode_kernel[(num_decodes, hkv * head_chunks, splits + 1)](
-        q, q.stride(0), q.stride(1), qr,
-        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        qr,
+        kc, vc, sc,
         regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
-        part_o, part_ml, sm_scale, splits,
+        part_o, part_ml, splits,
         GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
         BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), **tail_constants(d, k.dtype), PDL=pdl,
+        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), UNIT=fmt.UNIT, HKV=hkv,
+        **window_constants(d), PDL=pdl,
         **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
         **({"launch_pdl": True} if pdl else {}),
     )

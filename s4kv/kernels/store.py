@@ -1,44 +1,149 @@
-"""Triton store kernels: quantize completed blocks into pages; keep incomplete tails exact.
+"""Triton store kernels: this step's tokens as 8-bit window rows; completed units quantized into
+pages from their rows; the rows of incomplete units kept in their windows.
 
-Per layer and step, before attention :func:`store_blocks` quantizes every block that this step
-completes (its tokens come from the request's exact tail and from this step's K/V), and after
-attention :func:`append_tail` writes this step's tokens of the new incomplete block into its tail.
-(The tail write must wait for attention: in a chunk that completes a block, queries before the
-block's end still read the old tail tokens exact.)
+Per layer and step: first :func:`quantize_rows` rotates this step's K/V and quantizes every token
+once into an 8-bit row (s4kv.format, the window rows) in a scratch (:class:`StepRows`), which every
+later kernel of the step reads; before attention :func:`store_blocks` quantizes the blocks of
+every unit this step completes (their rows come from the request's window and from the scratch);
+after attention :func:`append_window` writes this step's rows of the new incomplete unit into its
+window. (The window write must wait for attention: the old window's rows may still be read, and
+they live where the new ones go.)
 
-The tail lives in the pages of its block and the TAIL_BLOCKS - 1 after it (s4kv.format), which
-are exactly the pages the store writes when a chunk completes blocks: one program reads the whole
-old tail and then stores those pages in order, and a chunk row's old tail must be staged for its
-attention before its store runs (s4kv.kernels.chunk).
+The window lives in the pages of its unit and the two after them (s4kv.format), which are exactly
+the pages the store writes when a chunk completes units: one program reads the old window's rows
+of a block and then stores that block's page, block after block, and a chunk row's old window must
+be staged for its attention before its store runs (s4kv.kernels.chunk).
 
-K/V arrive exact (model dtype); the store rotates them into the pages' basis. Page regions are addressed through the cache tensor's
-block and head strides, so any vLLM layout whose (token, byte) dims are innermost works.
+Page regions are addressed through the cache tensor's block and head strides, so any vLLM layout
+whose (token, byte) dims are innermost works.
 """
 
 import math
+from typing import ClassVar
 
+import torch
 import triton
 import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
-from s4kv.kernels.tail import tail_constants, tail_rows
+from s4kv.kernels.window import load_window_rows, window_constants, window_slots
+
+
+class StepRows:
+    """This step's window rows (codes [T, Hkv, D] uint8 for K and V, scales [T, Hkv, 2] fp16), one
+    scratch per device and layer shape shared by all layers. An engine reserves it for
+    max_num_batched_tokens while the model loads (vLLM's memory profile counts it; captured CUDA
+    graphs keep reading the same addresses); outside an engine it grows on demand."""
+
+    _buffers: ClassVar[dict] = {}
+    _reserved: ClassVar[dict] = {}
+
+    @staticmethod
+    def _key(num_kv_heads: int, head_size: int, device) -> tuple:
+        return (str(torch.device(device)), num_kv_heads, head_size)
+
+    @classmethod
+    def reserve(cls, tokens: int, num_kv_heads: int, head_size: int, device) -> None:
+        key = cls._key(num_kv_heads, head_size, device)
+        cls._reserved[key] = max(tokens, cls._reserved.get(key, 0))
+        cls._ensure(key, cls._reserved[key], num_kv_heads, head_size, device)
+
+    @classmethod
+    def get(cls, tokens: int, num_kv_heads: int, head_size: int, device):
+        key = cls._key(num_kv_heads, head_size, device)
+        reserved = cls._reserved.get(key)
+        if reserved is not None and tokens > reserved:
+            raise RuntimeError(f"int4_kivi step rows: {tokens} tokens, {reserved} reserved")
+        cls._ensure(key, tokens, num_kv_heads, head_size, device)
+        return cls._buffers[key]
+
+    @classmethod
+    def nbytes(cls) -> int:
+        return sum(t.numel() * t.element_size() for bufs in cls._buffers.values() for t in bufs)
+
+    @classmethod
+    def _ensure(cls, key, tokens, num_kv_heads, head_size, device) -> None:
+        have = cls._buffers.get(key)
+        if have is None or have[0].shape[0] < tokens:
+            shape = (tokens, num_kv_heads, head_size)
+            cls._buffers[key] = (torch.empty(shape, dtype=torch.uint8, device=device),
+                                 torch.empty(shape, dtype=torch.uint8, device=device),
+                                 torch.empty((tokens, num_kv_heads, 2), dtype=torch.float16, device=device))
+
+
+@triton.jit
+def _row_codes(x_lo, x_hi):
+    """Rotated rows [n, HALF] x 2 (fp32) -> their 8-bit codes (uint8 halves) and scale [n] (fp32)
+    (s4kv.format: the first value's rule, codes 0..255, scale fp16_up(max|x| / 127.5))."""
+    y_lo, bad_lo = saturate(x_lo)
+    y_hi, bad_hi = saturate(x_hi)
+    amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
+    s = fp16_up(amax / 127.5)
+    bad = (tl.max(bad_lo.to(tl.int32), axis=1) + tl.max(bad_hi.to(tl.int32), axis=1)) > 0
+    s = tl.where(bad, float("nan"), s)
+    inv = safe_inverse(s)[:, None]
+    c_lo = tl.minimum(tl.maximum(tl.floor(y_lo * inv + 128.0), 0.0), 255.0).to(tl.uint8)
+    c_hi = tl.minimum(tl.maximum(tl.floor(y_hi * inv + 128.0), 0.0), 255.0).to(tl.uint8)
+    return c_lo, c_hi, s
+
+
+@triton.jit
+def _quantize_rows_kernel(
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh, n_tokens,
+    kc_ptr, vc_ptr, sc_ptr,  # StepRows: [T, Hkv, D] uint8 x 2, [T, Hkv, 2] fp16
+    rot_ptr, HKV: tl.constexpr, TILE: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
+    INV_SQRT_D: tl.constexpr,
+):
+    t = tl.program_id(0) * TILE + tl.arange(0, TILE)
+    h = tl.program_id(1)
+    ok = t < n_tokens
+    c = tl.arange(0, HALF)
+    t64 = t.to(tl.int64)
+    row = (t64 * HKV + h)
+    m = ok[:, None]
+    for which in tl.static_range(2):  # keys, then values
+        if which == 0:
+            src = k_ptr + t64[:, None] * stride_kt + h * stride_kh
+            dst = kc_ptr
+        else:
+            src = v_ptr + t64[:, None] * stride_vt + h * stride_vh
+            dst = vc_ptr
+        x_lo = tl.load(src + c[None, :], mask=m, other=0.0)
+        x_hi = tl.load(src + HALF + c[None, :], mask=m, other=0.0)
+        x_lo, x_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
+        c_lo, c_hi, s = _row_codes(x_lo, x_hi)
+        tl.store(dst + row[:, None] * (2 * HALF) + c[None, :], c_lo, mask=m)
+        tl.store(dst + row[:, None] * (2 * HALF) + HALF + c[None, :], c_hi, mask=m)
+        tl.store(sc_ptr + row * 2 + which, s.to(tl.float16), mask=ok)
+
+
+def quantize_rows(k, v, tile: int = 16):
+    """This step's window rows: k, v [T, Hkv, D] (model dtype) -> StepRows buffers (codes K, codes V,
+    scales), filled for the T tokens."""
+    t, hkv, d = k.shape
+    kc, vc, sc = StepRows.get(t, hkv, d, k.device)
+    if t:
+        _quantize_rows_kernel[(triton.cdiv(t, tile), hkv)](
+            k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1), t, kc, vc, sc,
+            rotation_operand(d, k.dtype, k.device), HKV=hkv, TILE=tile, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype),
+            INV_SQRT_D=1.0 / math.sqrt(d), **launch_options("rows", d, k.device))
+    return kc, vc, sc
 
 
 # row0 follows the batch (per-wave launches): a specialized int (0, 1, multiples of 16 are told apart)
 # compiled the kernel again in the middle of serving (H200, 2026-12-02: vLLM's JIT monitor, 1k x 64)
 @triton.jit(do_not_specialize=["row0"])
 def _store_blocks_kernel(
-    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,  # this step's K/V [T, Hkv, D]
-    cache_ptr, stride_cb, stride_ch,  # pages, uint8 (exact tails included)
+    kc_ptr, vc_ptr, sc_ptr,  # this step's rows (StepRows)
+    cache_ptr, stride_cb, stride_ch,  # pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
-    rot_ptr,  # the +-1 rotation [D, D]
     row0,  # the first batch row of this launch
-    BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
+    BS: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
-    TAIL_BLOCKS: tl.constexpr, TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
+    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, WINDOW_PAGES: tl.constexpr,
+    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
 ):
     row = row0 + tl.program_id(0)
     h = tl.program_id(1)
@@ -47,54 +152,38 @@ def _store_blocks_kernel(
     qlen = tl.load(qsl_ptr + row + 1) - q_start
     seq_len = tl.load(seq_lens_ptr + row)
     ctx = seq_len - qlen
-    first = ctx // BS
-    n_new = seq_len // BS - first  # blocks this step completes
-    kept = ctx - first * BS  # tokens of block `first` in the old tail
+    first = ctx // UNIT * (UNIT // BS)  # the first block of the unit that was incomplete
+    n_new = seq_len // UNIT * (UNIT // BS) - first  # blocks of the units this step completes
+    kept = ctx - first * BS  # rows of that unit in the old window
     if (qlen <= 0) | (i >= n_new):
         return
-    # The old tail's rows live in pages first .. first + TAIL_BLOCKS - 1: program 0 reads them all
-    # and stores those pages one after the other; the programs of the pages after them run alone.
-    if (kept > 0) & (i > 0) & (i < TAIL_BLOCKS):
+    # The old window's rows live in pages first .. first + WINDOW_PAGES - 1: program 0 stores those
+    # pages one after the other, each after reading its block's rows; the programs of the pages after
+    # them run alone.
+    if (kept > 0) & (i > 0) & (i < WINDOW_PAGES):
         return
-    n_steps = tl.where((kept > 0) & (i == 0), tl.minimum(n_new, TAIL_BLOCKS), 1)
+    n_steps = tl.where((kept > 0) & (i == 0), tl.minimum(n_new, WINDOW_PAGES), 1)
 
     t = tl.arange(0, BS)
     c = tl.arange(0, HALF)
     bt_row = block_table_ptr + row * stride_bt
-    dt = k_ptr.dtype.element_ty
     for step in range(n_steps):
         b = first + i + step
         pos = b * BS + t
-        from_tail = pos < ctx  # only in block `first`
-        tok = q_start + pos - ctx  # token index in this step's K/V (valid where not from_tail)
-        tail_k = tail_rows(cache_ptr, bt_row, first, t, h * stride_ch, stride_cb, from_tail,
-                           TAIL_ROWS, ROW_BYTES, dt)[:, None]
-        tail_v = tail_rows(cache_ptr, bt_row, first, BS + t, h * stride_ch, stride_cb, from_tail,
-                           TAIL_ROWS, ROW_BYTES, dt)[:, None]
-        new_k = k_ptr + tok[:, None] * stride_kt + h * stride_kh
-        new_v = v_ptr + tok[:, None] * stride_vt + h * stride_vh
-
-        def_mask = from_tail[:, None]
-        new_mask = (~from_tail)[:, None]
-        k_lo = tl.load(tail_k + c[None, :], mask=def_mask, other=0.0) + \
-            tl.load(new_k + c[None, :], mask=new_mask, other=0.0)
-        k_hi = tl.load(tail_k + HALF + c[None, :], mask=def_mask, other=0.0) + \
-            tl.load(new_k + HALF + c[None, :], mask=new_mask, other=0.0)
-        v_lo = tl.load(tail_v + c[None, :], mask=def_mask, other=0.0) + \
-            tl.load(new_v + c[None, :], mask=new_mask, other=0.0)
-        v_hi = tl.load(tail_v + HALF + c[None, :], mask=def_mask, other=0.0) + \
-            tl.load(new_v + HALF + c[None, :], mask=new_mask, other=0.0)
-
+        from_window = pos < ctx  # only in the blocks of the first unit
+        k_lo, k_hi, ks, v_lo, v_hi, vs = load_window_rows(
+            cache_ptr, bt_row, first, pos - first * BS, h * stride_ch, stride_cb, from_window,
+            kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, ~from_window, c, HKV, HALF, SLOTS, W_V_CODES,
+            W_K_SCALE, W_V_SCALE)
+        # the rows as s4kv.format dequantizes them: (code - 127.5) * scale, fp32, rotated basis
+        k_lo, k_hi = k_lo * ks[:, None], k_hi * ks[:, None]
+        v_lo, v_hi = v_lo * vs[:, None], v_hi * vs[:, None]
         block_id = tl.load(bt_row + b).to(tl.int64)
         region = cache_ptr + block_id * stride_cb + h * stride_ch
-
-        # Pages hold the rotated basis
-        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
-        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
-        # every thread has read its tail rows before any thread writes this page over them
+        # every thread has read its rows before any thread writes this page over them
         tl.debug_barrier()
 
-        # Exact first key (before any saturation)
+        # The first key: its row as it is (before any saturation)
         first_row = t[:, None] == 0
         fk_lo = tl.sum(tl.where(first_row, k_lo, 0.0), axis=0)
         fk_hi = tl.sum(tl.where(first_row, k_hi, 0.0), axis=0)
@@ -103,8 +192,8 @@ def _store_blocks_kernel(
         tl.store(fk_ptr + HALF + c, fk_hi.to(FIRST_KEY_DTYPE))
 
         # Keys: per channel over tokens 1..BS-1
-        x_lo, bad_lo = saturate(k_lo.to(tl.float32))
-        x_hi, bad_hi = saturate(k_hi.to(tl.float32))
+        x_lo, bad_lo = saturate(k_lo)
+        x_hi, bad_hi = saturate(k_hi)
         stat = t[:, None] > 0
         mn_lo = fp16_down(tl.min(tl.where(stat, x_lo, float("inf")), axis=0))
         mn_hi = fp16_down(tl.min(tl.where(stat, x_hi, float("inf")), axis=0))
@@ -117,8 +206,8 @@ def _store_blocks_kernel(
         packed = q_lo.to(tl.uint8) | (q_hi.to(tl.uint8) << 4)
         # Values: per token, symmetric; token 0 in 8 bits (s4kv.format): the low nibbles in its value
         # code row, the high nibbles in its key code row (unused: the key is exact)
-        y_lo, vbad_lo = saturate(v_lo.to(tl.float32))
-        y_hi, vbad_hi = saturate(v_hi.to(tl.float32))
+        y_lo, vbad_lo = saturate(v_lo)
+        y_hi, vbad_hi = saturate(v_hi)
         amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
         first_tok = t == 0
         vs = fp16_up(amax / tl.where(first_tok, 127.5, 7.5))
@@ -142,15 +231,17 @@ def _store_blocks_kernel(
         tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
                  (w_lo & 0xF) | ((w_hi & 0xF) << 4))  # 4-bit codes, or token 0's low nibbles
         tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
+        # the next block's rows may live in this page's region too: read them only after these writes
+        tl.debug_barrier()
 
 
 @triton.jit
-def _append_tail_kernel(
-    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,
+def _append_window_kernel(
+    kc_ptr, vc_ptr, sc_ptr,
     cache_ptr, stride_cb, stride_ch,
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
-    BS: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
-    TAIL_ROWS: tl.constexpr, ROW_BYTES: tl.constexpr,
+    BS: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
+    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
 ):
     row = tl.program_id(0)
     h = tl.program_id(1)
@@ -159,61 +250,61 @@ def _append_tail_kernel(
     qlen = tl.load(qsl_ptr + row + 1) - q_start
     seq_len = tl.load(seq_lens_ptr + row)
     ctx = seq_len - qlen
-    tail_block = seq_len // BS
-    tail_start = tail_block * BS
-    t = tile * TILE + tl.arange(0, TILE)  # index inside the tail block
-    pos = tail_start + t
-    if (qlen <= 0) | (tail_start + tile * TILE >= seq_len):
+    unit_start = seq_len // UNIT * UNIT
+    t = tile * TILE + tl.arange(0, TILE)  # row index inside the window
+    pos = unit_start + t
+    if (qlen <= 0) | (unit_start + tile * TILE >= seq_len):
         return
     ok = (pos >= ctx) & (pos < seq_len)
-    tok = q_start + pos - ctx
+    tok = (q_start + pos - ctx).to(tl.int64)
     d = tl.arange(0, D)
-    m = ok[:, None] & (d[None, :] < D)
-    kv = tl.load(k_ptr + tok[:, None] * stride_kt + h * stride_kh + d[None, :], mask=m)
-    vv = tl.load(v_ptr + tok[:, None] * stride_vt + h * stride_vh + d[None, :], mask=m)
-    bt_row = block_table_ptr + row * stride_bt
-    dt = k_ptr.dtype.element_ty
-    dst_k = tail_rows(cache_ptr, bt_row, tail_block, t, h * stride_ch, stride_cb, ok, TAIL_ROWS, ROW_BYTES, dt)
-    dst_v = tail_rows(cache_ptr, bt_row, tail_block, BS + t, h * stride_ch, stride_cb, ok, TAIL_ROWS, ROW_BYTES, dt)
-    tl.store(dst_k[:, None] + d[None, :], kv, mask=m)
-    tl.store(dst_v[:, None] + d[None, :], vv, mask=m)
+    m = ok[:, None]
+    src = (tok * HKV + h)[:, None] * D + d[None, :]
+    base, slot = window_slots(cache_ptr, block_table_ptr + row * stride_bt, unit_start // BS, t, h * stride_ch,
+                              stride_cb, ok, SLOTS)
+    dst = base[:, None] + slot[:, None] * D + d[None, :]
+    tl.store(dst, tl.load(kc_ptr + src, mask=m), mask=m)
+    tl.store(dst + W_V_CODES, tl.load(vc_ptr + src, mask=m), mask=m)
+    sc = sc_ptr + (tok * HKV + h) * 2
+    tl.store((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, tl.load(sc, mask=ok), mask=ok)
+    tl.store((base + W_V_SCALE).to(tl.pointer_type(tl.float16)) + slot, tl.load(sc + 1, mask=ok), mask=ok)
 
 
-def store_blocks(k, v, regions, md, max_new_blocks: int, rows: tuple[int, int] | None = None) -> None:
-    """Quantize the blocks this step completes into their pages, for the batch rows `rows`
-    (first, end; default all).
+def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtype,
+                 rows_range: tuple[int, int] | None = None) -> None:
+    """Quantize the blocks of the units this step completes into their pages, for the batch rows
+    `rows_range` (first, end; default all).
 
-    k, v [T, Hkv, D] (model dtype); regions [num_blocks, Hkv, region_bytes] uint8 view;
-    ``max_new_blocks``: the most blocks any of those rows completes (host value).
+    rows: this step's rows (quantize_rows); regions [num_blocks, Hkv, region_bytes] uint8 view;
+    ``max_new_blocks``: the most blocks any of those rows completes (host value; a row whose old
+    window has rows does all of its first WINDOW_PAGES blocks in its first program).
     """
-    row0, row1 = rows if rows is not None else (0, md.num_reqs)
+    row0, row1 = rows_range if rows_range is not None else (0, md.num_reqs)
     if row1 <= row0 or max_new_blocks <= 0:
         return
-    hkv, d = k.shape[1], k.shape[2]
+    kc, vc, sc = rows
+    hkv, d = kc.shape[1], kc.shape[2]
     lay = fmt.PageLayout(d)
     assert regions.stride(2) == 1
     _store_blocks_kernel[(row1 - row0, hkv, max_new_blocks)](
-        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        regions, regions.stride(0), regions.stride(1),
-        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
-        rotation_operand(d, k.dtype, k.device), row0,
-        BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype), INV_SQRT_D=1.0 / math.sqrt(d),
+        kc, vc, sc, regions, regions.stride(0), regions.stride(1),
+        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), row0,
+        BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, HALF=d // 2,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(k.dtype)),
-        TAIL_BLOCKS=fmt.tail_blocks(d, k.dtype.itemsize), **tail_constants(d, k.dtype),
-        **launch_options("store", d, k.device),
+        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
+        WINDOW_PAGES=fmt.WINDOW_PAGES, **window_constants(d), **launch_options("store", d, kc.device),
     )
 
 
-def append_tail(k, v, regions, md, tile: int = 16) -> None:
-    """Write this step's tokens of each row's incomplete last block into its exact tail."""
+def append_window(rows, regions, md, tile: int = 16) -> None:
+    """Write this step's rows of each row's incomplete unit into its window."""
     num_reqs = md.num_reqs
     if num_reqs == 0:
         return
-    hkv, d = k.shape[1], k.shape[2]
-    _append_tail_kernel[(num_reqs, hkv, fmt.BLOCK_SIZE // tile)](
-        k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        regions, regions.stride(0), regions.stride(1),
+    kc, vc, sc = rows
+    hkv, d = kc.shape[1], kc.shape[2]
+    _append_window_kernel[(num_reqs, hkv, fmt.UNIT // tile)](
+        kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
-        BS=fmt.BLOCK_SIZE, D=d, TILE=tile, **tail_constants(d, k.dtype),
+        BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, D=d, TILE=tile, **window_constants(d),
     )

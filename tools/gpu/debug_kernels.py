@@ -19,7 +19,7 @@ from paged_harness import Engine  # noqa: E402
 from s4kv import format as fmt  # noqa: E402
 from s4kv.backend import triton_ops  # noqa: E402
 from s4kv.kernels.batch import S4KVMetadata, plan_launch  # noqa: E402
-from s4kv.kernels.store import store_blocks  # noqa: E402
+from s4kv.kernels.store import quantize_rows, store_blocks  # noqa: E402
 
 
 def check_store(d, dtype):
@@ -35,7 +35,7 @@ def check_store(d, dtype):
     md = S4KVMetadata(1, n, n, n, i32([0, n]), i32([n]), i32([[5, 2, 7, 0, 0, 0]]),
                       i32([0, n], "cpu"), i32([n], "cpu"))
     plan_launch(md, hkv, num_sms=132)
-    store_blocks(k.cuda(), v.cuda(), regions, md, md.max_new_blocks)
+    store_blocks(quantize_rows(k.cuda(), v.cuda()), regions, md, md.max_new_blocks, dtype)
     torch.cuda.synchronize()
     got = regions[[5, 2]].cpu()
     exp = fmt.encode_blocks(k[:256].reshape(2, bs, hkv, d).transpose(1, 2), v[:256].reshape(2, bs, hkv, d).transpose(1, 2))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Decode attention with exact tails on the kernel bench's inputs, against the PyTorch path
+"""Decode attention with windows on the kernel bench's inputs, against the PyTorch path
 (s4kv.backend.torch_ops, the CPU serving path, on the same pages), call after call.
 
     python3 tools/gpu/diag_tail.py [--shapes 8256x32,8195x32,...] [--repeats 3] [--variants]
@@ -20,6 +20,7 @@ from s4kv import kernels
 from s4kv.backend import torch_ops
 from s4kv.kernels import bench
 from s4kv.kernels.decode import decode_attention
+from s4kv.kernels.store import quantize_rows
 
 VARIANTS = {"default": {}, "TAIL_STAGES=2": {"TAIL_STAGES": 2}, "TAIL_SUB=64": {"TAIL_SUB": 64},
             "TAIL_SUB=16": {"TAIL_SUB": 16}, "num_warps=8": {"num_warps": 8}}
@@ -32,9 +33,8 @@ def rel(a, b):
 def pytorch_path(q, k, v, regions, md):
     """The decode rows' attention by the PyTorch path (s4kv.backend.torch_ops, the CPU serving path)
     on the same pages, without storing: fp32 [rows, Hq, D]."""
-    rows = q.shape[0]
-    ref = torch.zeros(rows, q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
-    torch_ops._decode_rows(torch.arange(rows), q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
+    ref = torch.zeros(q.shape[0], q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+    torch_ops.forward(q, k, v, regions, md, q.shape[2] ** -0.5, ref, store=False)
     return ref
 
 
@@ -45,7 +45,7 @@ def calls(shapes, repeats):
         for _ in range(repeats):
             q, k, v, regions, md = bench.decode_inputs(context, batch)
             out = torch.empty(batch, q.shape[1], q.shape[2], dtype=torch.float32, device="cuda")
-            decode_attention(q, k, v, regions, md, batch, q.shape[2] ** -0.5, out, md.decode_splits)
+            decode_attention(q, quantize_rows(k, v), regions, md, batch, q.shape[2] ** -0.5, out, md.decode_splits)
             ref = pytorch_path(q, k, v, regions, md)
             torch.cuda.synchronize()
             row.append(rel(out, ref))

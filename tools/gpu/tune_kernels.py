@@ -107,7 +107,7 @@ def probe_d64(results, opts):
 def first_key_mismatch(dtype, d=64, hkv=3):
     """Where the stored first keys differ from s4kv.format's (rotated basis, as stored)."""
     from s4kv.kernels.batch import S4KVMetadata, plan_launch
-    from s4kv.kernels.store import store_blocks
+    from s4kv.kernels.store import quantize_rows, store_blocks
 
     g = torch.Generator().manual_seed(0)
     n, bs = 2 * 128 + 5, 128
@@ -122,12 +122,12 @@ def first_key_mismatch(dtype, d=64, hkv=3):
     md = S4KVMetadata(1, n, n, n, i32([0, n]), i32([n]), i32([[5, 2, 7, 0, 0, 0]]),
                       i32([0, n], "cpu"), i32([n], "cpu"))
     plan_launch(md, hkv, num_sms=132)
-    store_blocks(k.cuda(), v.cuda(), regions, md, md.max_new_blocks)
+    store_blocks(quantize_rows(k.cuda(), v.cuda()), regions, md, md.max_new_blocks, dtype)
     torch.cuda.synchronize()
     fk_dtype = fmt.first_key_dtype(dtype)
     got = regions[[5, 2]].cpu()[..., lay.first_key:].contiguous().view(fk_dtype).float()  # [2, Hkv, D]
-    blocks = k[:256].reshape(2, bs, hkv, d).float()
-    want = fmt.rotate(blocks[:, 0]).to(fk_dtype).float()  # [2, Hkv, D]
+    blocks = k[:256].reshape(2, bs, hkv, d)
+    want = fmt.window_round_trip(blocks[:, 0]).to(fk_dtype).float()  # [2, Hkv, D]: its 8-bit row
     bad = (got - want).abs() > 1e-6 + (want.abs() / 64)
     idx = bad.nonzero().tolist()
     print(f"  first keys {dtype}: {len(idx)} of {bad.numel()} differ", flush=True)
@@ -173,10 +173,10 @@ def _geomean(times):
 def sweep_decode(results, config_out=None):
     """Sweep decode launch options in three rounds, each keeping the best of the round before
     (geometric mean of time over DECODE_SHAPES): page-kernel options x programs per SM, then the
-    exact tail's tiles, then the split reduction's. Each variant's output must match the default
+    window's tiles, then the split reduction's. Each variant's output must match the default
     launch's within the engine's self-check tolerance (a miscompile is reported, not ranked), and
     the default launch's is checked against the PyTorch path (s4kv.backend.torch_ops) where the
-    points have exact tails; the
+    points have windows; the
     best is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
     from diag_tail import pytorch_path, rel
 
@@ -191,9 +191,9 @@ def sweep_decode(results, config_out=None):
         r = bench_case(ctx, b, output=got, breakdown=True, flash=False)
         expected[(ctx, b)] = got[0]
         check = ""
-        if ctx % fmt.BLOCK_SIZE:  # with an exact tail: the PyTorch path (fp64) on the same inputs
-            # (at a multiple of 128 the bench's last page stands for a block the store just wrote,
-            # which the PyTorch path, not storing, reads as a tail of random bytes)
+        if ctx % fmt.UNIT:  # with a window: the PyTorch path (fp64) on the same inputs
+            # (at a multiple of 256 the bench's last pages stand for a unit the store just wrote,
+            # which the PyTorch path, not storing, reads as a window of random rows)
             check = f", rel. L2 vs the PyTorch path {rel(got[0], pytorch_path(*decode_inputs(ctx, b))):.2e}"
         parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
         print(f"default launch {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us "
@@ -314,12 +314,14 @@ def sweep_stage(results):
     FlashAttention on a bf16 cache of the same shape is timed once per shape."""
     from s4kv.kernels.bench import bench_prefill_case, prefill_inputs, time_prefill
     from s4kv.kernels.chunk import _stage_kernel, chunk_attention
+    from s4kv.kernels.store import quantize_rows
 
     shapes = (0, 8192, 30720)
     inputs = {c: prefill_inputs(c, 2048, 28, 4, 128, torch.bfloat16) for c in shapes}
     expected, default = {}, {}
+    rows = {c: quantize_rows(k, v) for c, (q, k, v, regions, md, out) in inputs.items()}
     for c, (q, k, v, regions, md, out) in inputs.items():
-        chunk_attention(q, k, v, regions, md, 0, 128 ** -0.5, out, store=False)
+        chunk_attention(q, rows[c], regions, md, 0, 128 ** -0.5, out, store=False)
         expected[c] = out.float().clone()
         default[c] = r = bench_prefill_case(c, 2048)
         r.update(probe="stage", options="default")
@@ -335,7 +337,7 @@ def sweep_stage(results):
         for c, (q, k, v, regions, md, out) in inputs.items():
             try:
                 out.zero_()
-                chunk_attention(q, k, v, regions, md, 0, 128 ** -0.5, out, store=False)
+                chunk_attention(q, rows[c], regions, md, 0, 128 ** -0.5, out, store=False)
                 err = ((out.float() - expected[c]).norm() / expected[c].norm()).item()
                 if not err < 1e-3:
                     print(f"{opts} context {c}: output differs from the default launch's (rel. L2 {err:.3g})",
