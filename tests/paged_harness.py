@@ -1,5 +1,5 @@
 """A minimal paged runtime for testing int4_kivi implementations without vLLM: pages, block tables,
-exact tails inside the pages, and requests scheduled in chunks, checked against s4kv.reference."""
+windows inside the pages, and requests scheduled in chunks, checked against s4kv.reference."""
 
 import torch
 
@@ -12,7 +12,7 @@ BS = fmt.BLOCK_SIZE
 
 class Engine:
     """A minimal paged runtime around torch_ops.forward: pages and block tables. Like vLLM's
-    scheduler it gives a request of L tokens fmt.blocks_held(L) pages (its tail's too), and freed
+    scheduler it gives a request of L tokens fmt.blocks_held(L) pages (its window's too), and freed
     pages go back to the pool dirty, first in line to be reused."""
 
     def __init__(self, hq, hkv, d, dtype, num_blocks=64, seed=0, ops=None, device="cpu"):
@@ -33,7 +33,8 @@ class Engine:
 
     def free(self, name, keep_blocks=0):
         """Give back a request's pages after its first keep_blocks (a preemption keeps the cached
-        complete blocks and resumes there; a finished request keeps none)."""
+        complete units and resumes there; a finished request keeps none)."""
+        assert keep_blocks % fmt.UNIT_BLOCKS == 0, "the prefix cache keeps whole units (s4kv.backend.spec)"
         r = self.reqs[name]
         self.free_blocks += r["blocks"][keep_blocks:][::-1]
         r["blocks"] = r["blocks"][:keep_blocks]
@@ -46,7 +47,8 @@ class Engine:
         v = torch.randn(length, self.hkv, self.d, generator=g).to(self.dtype)
         blocks = []
         done = 0
-        if shared_prefix_of is not None:  # prefix-cache hit on whole blocks
+        if shared_prefix_of is not None:  # prefix-cache hit on whole units (s4kv.backend.spec)
+            assert shared_blocks % fmt.UNIT_BLOCKS == 0
             src = self.reqs[shared_prefix_of]
             n = shared_blocks * BS
             k[:n], v[:n] = src["k"][:n], src["v"][:n]

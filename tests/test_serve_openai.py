@@ -121,10 +121,10 @@ def test_chat_completions(server):
     assert chat(c, PROMPTS[1], stream=True) == text
 
 
-# Greedy int4_kivi vs bf16 inside the first block. Such a request never reads an int4 page: its
-# K/V stay exact in the residual slot, bit-identical to what the bf16 cache holds. But its attention
-# is computed by s4kv's CPU implementation, not by vLLM's CPU attention kernel, so the outputs differ
-# by rounding, and SmolLM2's bf16 logits (an ulp is 0.06-0.125 nats at their magnitude) often tie
+# Greedy int4_kivi vs bf16 inside the first unit (256 tokens). Such a request never reads an int4
+# page: it reads every token from its 8-bit window rows (s4kv.format), within 1/255 of each row's
+# largest element, and its attention is computed by s4kv's CPU implementation, not by vLLM's CPU
+# attention kernel, so the outputs differ by that and by rounding, and SmolLM2's bf16 logits (an ulp is 0.06-0.125 nats at their magnitude) often tie
 # exactly: a rounding difference can pick the other token of a tie. Measured on the 6 requests
 # below: 5 identical; the chat answer to PROMPTS[1] has an exact tie in bf16 at its 6th token
 # (-0.7165 nats for both ',' and ' and') and int4_kivi takes the other one. So the test asserts
@@ -154,7 +154,7 @@ def _greedy_with_logprobs(c, kind: str, prompt: str):
 @PENDING_INT4_KIVI
 def test_greedy_int4_kivi_equals_bf16_up_to_ties(servers):
     """Greedy int4_kivi vs the bf16 server (MAX_TOKENS tokens, completions and chat), for requests
-    that stay inside the first block (prompt + output <= 128 tokens): identical up to an exact (or
+    that stay inside the first block (prompt + output <= 128 tokens: window rows only): identical up to an exact (or
     one-ulp) tie of bf16's logits, with rounding-level logprob differences before it (see above)."""
     from s4kv import format as fmt
 

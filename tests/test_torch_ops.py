@@ -1,4 +1,4 @@
-"""The CPU implementation (pages with exact tails inside, batched, chunked) against the reference."""
+"""The CPU implementation (pages with windows inside, batched, chunked) against the reference."""
 
 import pytest
 import torch
@@ -28,23 +28,23 @@ def test_prefix_cache_hit_reads_shared_pages():
     e.add("a", 400)
     e.step([("a", 300)])
     e.step([("a", 100)])
-    # A new request whose first 2 blocks hit a's cached pages: starts at position 256; its tail
-    # pages are fresh from the pool (noise), and a's tail pages are not shared.
+    # A new request whose first unit (2 blocks) hits a's cached pages: starts at position 256; its
+    # window's pages are fresh from the pool (noise), and a's window pages are not shared.
     e.add("b", 320, shared_prefix_of="a", shared_blocks=2)
     _check(e, e.step([("b", 44)]), 2e-3)
     _check(e, e.step([("b", 1)]), 2e-3)
 
 
 def test_preempted_request_recomputes_from_its_cached_blocks():
-    # Preemption frees the request's pages; on resume it restarts at its last complete block
-    # (prefix cache) with other pages for its tail, and must compute the same outputs.
+    # Preemption frees the request's pages; on resume it restarts at its last complete unit
+    # (prefix cache) with other pages for its window, and must compute the same outputs.
     e = Engine(4, 2, 64, torch.bfloat16)
     e.add("a", 330)
     e.add("other", 200)
     e.step([("a", 200)])
     out_before = e.step([("a", 100)])["a"][0]
     e.free("a", keep_blocks=2)  # blocks 0 and 1 survived in the prefix cache, the rest went back
-    e.step([("other", 190)])  # another request took them meanwhile (and left its tail there)
+    e.step([("other", 190)])  # another request took them meanwhile (and left its window there)
     out_after = e.step([("a", 44)])["a"][0]
     assert torch.allclose(out_after, out_before[-44:], atol=2e-3)
 
@@ -52,9 +52,9 @@ def test_preempted_request_recomputes_from_its_cached_blocks():
 def test_request_ending_mid_block_and_page_reuse():
     e = Engine(4, 1, 64, torch.bfloat16)
     e.add("a", 200)
-    _check(e, e.step([("a", 170)]), 2e-3)  # ends mid-block: its tail is in its pages
+    _check(e, e.step([("a", 170)]), 2e-3)  # ends mid-unit: its window is in its pages
     e.free("a")
-    e.add("b", 140)  # the next request gets a's pages, a's tail still in them
+    e.add("b", 140)  # the next request gets a's pages, a's window still in them
     _check(e, e.step([("b", 100)]), 2e-3)
     _check(e, e.step([("b", 1)]), 2e-3)
 
@@ -88,8 +88,8 @@ def test_outputs_do_not_depend_on_chunking_or_batch(dtype):
         assert torch.equal(run(prefill, other), base), (prefill, other)
 
 
-def test_chunk_writes_the_pages_its_old_tail_lives_in():
-    # the old tail lives in the pages this chunk's store writes: it is read first
+def test_chunk_writes_the_pages_its_old_window_lives_in():
+    # the old window lives in the pages this chunk's store writes: it is read first
     e = Engine(8, 2, 128, torch.bfloat16)
     e.add("a", 7 * 128)
     e.add("b", 2 * 128)

@@ -92,7 +92,10 @@ class S4KVAttentionImpl(AttentionImpl):
             from s4kv.kernels.store import StepRows
 
             self._reserve_chunk_scratch(device)
-            StepRows.reserve(self.max_num_batched_tokens, self.num_kv_heads, self.head_size, device)
+            from s4kv.backend.selfcheck import largest_step
+
+            StepRows.reserve(max(self.max_num_batched_tokens, largest_step()), self.num_kv_heads, self.head_size,
+                             device)
 
             # this GPU's compiled kernels against the reference, before anything is served
             check_kernels(self.num_heads, self.num_kv_heads, self.head_size, dtype, device)

@@ -19,6 +19,17 @@ TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 4e-3, torch.float32: 4e-3}
 
 _checked: set = set()
 
+# (first position, tokens) of the check's steps (see check_kernels)
+_PROMPT = fmt.UNIT + 37
+_STEPS = [(0, _PROMPT), (_PROMPT, 1), (_PROMPT + 1, 2 * fmt.UNIT - 2 - _PROMPT), (2 * fmt.UNIT - 1, 1),
+          (2 * fmt.UNIT, 1)]
+
+
+def largest_step() -> int:
+    """Tokens of the check's largest step: the step workspaces must hold it whatever the engine's
+    max_num_batched_tokens."""
+    return max(n for _, n in _STEPS)
+
 
 class KernelSelfCheckError(RuntimeError):
     pass
@@ -59,10 +70,7 @@ def check_kernels(num_heads: int, num_kv_heads: int, head_size: int, dtype: torc
     key = (str(device), num_heads, num_kv_heads, head_size, dtype)
     if key in _checked:
         return
-    unit = fmt.UNIT
-    prompt = unit + 37
-    steps = [(0, prompt), (prompt, 1), (prompt + 1, 2 * unit - 2 - prompt), (2 * unit - 1, 1), (2 * unit, 1)]
-    length = 2 * unit + 1
+    steps, length = _STEPS, _STEPS[-1][0] + _STEPS[-1][1]
     g = torch.Generator().manual_seed(0)
     q = torch.randn(length, num_heads, head_size, generator=g).to(dtype)
     k = torch.randn(length, num_kv_heads, head_size, generator=g).mul(2).to(dtype)

@@ -104,19 +104,19 @@ def _stage_kernel(
         seq_len = tl.load(seq_lens_ptr + row)
         ctx = seq_len - (tl.load(qsl_ptr + row + 1) - q_start)
         pos = b * BS + t
-        first = ctx // UNIT * (UNIT // BS)  # the old window's unit: the only one partly there
-        k_lo, k_hi, ks, v_lo, v_hi, vs = load_window_rows(
-            cache_ptr, block_table_ptr + row * stride_bt, first, pos - first * BS, h * stride_ch, stride_cb,
+        unit_block = ctx // UNIT * (UNIT // BS)  # the old window's unit: the only one partly there
+        k_lo, k_hi, w_ks, v_lo, v_hi, w_vs = load_window_rows(
+            cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, (pos >= ctx) & (pos < seq_len), c,
             HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
         # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
         # number, so it goes on after the rotation (as the pages' value scales do)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
-        tl.store(kp_ptr + dst, clamp_fp16(k_lo * ks[:, None]).to(odt))
-        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi * ks[:, None]).to(odt))
-        tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs[:, None]).to(odt))
-        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs[:, None]).to(odt))
+        tl.store(kp_ptr + dst, clamp_fp16(k_lo * w_ks[:, None]).to(odt))
+        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi * w_ks[:, None]).to(odt))
+        tl.store(vp_ptr + dst, clamp_fp16(v_lo * w_vs[:, None]).to(odt))
+        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * w_vs[:, None]).to(odt))
 
 
 class ChunkWorkspace:
