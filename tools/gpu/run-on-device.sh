@@ -30,8 +30,8 @@ MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
 VLLM_VERSION=$(python3 -c 'import importlib.metadata as m; print(m.version("vllm").split("+")[0])' 2>/dev/null || echo unknown)
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
-# the decode kernel bench's points: the README's three (no exact tail) and two whose rows carry a
-# 63-token exact tail, as serving's do (0..127 tokens)
+# the decode kernel bench's points: the README's three (no window at 8k and 32k) and two whose rows
+# carry a window of 64 and 192 rows, as serving's do (0..255 rows)
 DECODE_POINTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
 DETACHED=/root/s4kv-detached   # the detached run's OUT, log and pid
 
@@ -121,7 +121,7 @@ for s in "$@"; do
       unset S4KV_KERNEL_CONFIG
       step tune python3 tools/gpu/tune_kernels.py decode --json "$OUT/tune.json" --config-out $CONFIG
       [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
-    kernels)  # decode kernel alone on the speed points (and two with exact tails), each kernel's own
+    kernels)  # decode kernel alone on the speed points (and two with windows), each kernel's own
       # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens
       step kernels python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --prefill-contexts 0,8192,30720 \
         --json "$OUT/kernels.json" ;;
