@@ -19,8 +19,9 @@ The scheme (KIVI, in a rotated basis)
 * Values: per-token symmetric int4, one group per (token, kv head) spanning the whole head_dim:
   ``v ~ (code - 7.5) * scale``. In the rotated basis values are close to zero-mean, so a
   symmetric grid loses nothing measurable and halves the scale bytes.
-* The first token of every block keeps its key exact (16-bit) and is left out of the block's
-  per-channel key statistics. For block 0 that token is the attention sink, which nearly every
+* The first token of every block keeps its key "exact": its 8-bit window row's key, stored in 16
+  bits and not quantized further (the page's "first key"), left out of the block's per-channel key
+  statistics. For block 0 that token is the attention sink, which nearly every
   query attends to: quantizing its key costs more than all other tokens together, and its outlier
   channels would also widen every channel's range for the rest of the block.
 * The first token of every block keeps its value in 8 bits (symmetric over the head,
