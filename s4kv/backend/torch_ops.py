@@ -152,12 +152,14 @@ def _decode_rows(rows: torch.Tensor, q, rows_k, rows_v, kw, vw, regions, md, sca
     r_count, hkv = len(rows), kw.shape[1]
     group = q.shape[1] // hkv
     # the window of unit p // unit (read before the store, which overwrites its first pages when the
-    # unit completes), as [R, Hkv, unit - 1, D]
+    # unit completes), as [R, Hkv, width, D]: as many rows as the longest window holds (unit - 1 when
+    # a row completes its unit)
+    width = int(kept.max())
     first = (p // unit * fmt.UNIT_BLOCKS).to(bt.device)
     window_pages = torch.gather(bt, 1, first[:, None] + torch.arange(fmt.WINDOW_PAGES, device=bt.device)[None, :])
-    k_old, v_old = fmt.read_window(regions, window_pages, unit - 1)
+    k_old, v_old = fmt.read_window(regions, window_pages, width)
     # rows past a request's window hold other bytes of its pages (any bit pattern, NaN included)
-    live = (torch.arange(unit - 1)[None, :] < kept[:, None]).to(dev)[:, None, :, None]
+    live = (torch.arange(width)[None, :] < kept[:, None]).to(dev)[:, None, :, None]
     k_old, v_old = k_old.where(live, 0), v_old.where(live, 0)
 
     if store and bool(completes.any()):
@@ -184,9 +186,9 @@ def _decode_rows(rows: torch.Tensor, q, rows_k, rows_v, kw, vw, regions, md, sca
         segments.append(Segment(kq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d),
                                 vq.permute(0, 2, 1, 3, 4).reshape(r_count, hkv, max_pages * bs, d),
                                 page_ok.repeat_interleave(bs, dim=1)[:, None, :].to(dev)))
-    # window: rows 0..kept-1 and the new token's, unless the unit just completed
-    idx = torch.arange(unit)
-    window_ok = ((idx[None, :] < kept[:, None]) | (idx[None, :] == unit - 1)) & ~completes[:, None]
+    # window: rows 0..kept-1 and the new token's (after the `width` rows), unless the unit just completed
+    idx = torch.arange(width + 1)
+    window_ok = ((idx[None, :] < kept[:, None]) | (idx[None, :] == width)) & ~completes[:, None]
     segments.append(Segment(torch.cat([k_old, k_new.unsqueeze(2)], dim=2),
                             torch.cat([v_old, v_new.unsqueeze(2)], dim=2),
                             window_ok[:, None, :].to(dev)))
