@@ -51,13 +51,13 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
     out = tmp_path / "static.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,store",
+    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,store,rows,append",
                            "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16",
                            "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert len(rows) == 4 * 2 * 3
+    assert len(rows) == 4 * 2 * 5
     no_fit = [(r["kernel"], r["arch"], r["shape"], r["options"], r["shared_bytes"]) for r in rows
               if r["programs_per_sm"] < 1]
     assert not no_fit, f"kernels that cannot launch (kernel, arch, shape, options, shared bytes): {no_fit}"

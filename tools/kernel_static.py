@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Static facts of the decode, stage (chunk attention) and store kernels for a GPU architecture, compiled on a machine without a GPU.
+"""Static facts of the decode, stage (chunk attention), store, rows and append (window) kernels for a GPU architecture, compiled on a machine without a GPU.
 
     python tools/kernel_static.py [--kernel decode,stage,store] [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2]
                                   [--dtype bf16,fp16] [--options '{"SUB": 64}' ...] [--json OUT]
@@ -260,6 +260,35 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, page)
 
 
+def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the kernel that quantizes a step's tokens into 8-bit window rows (no loop)."""
+    from s4kv.kernels import store
+
+    _, hkv, d = SHAPES[shape]
+    k = torch.zeros(64, hkv, d, dtype=DTYPES[dtype])
+    kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
+                           lambda: store.quantize_rows(k, k.clone()))
+    return _facts(cc, shape, dtype, opts, kern, collections.Counter())
+
+
+def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the kernel that writes a step's rows into the windows (no loop)."""
+    from s4kv import format as fmt
+    from s4kv.kernels import store
+
+    _, hkv, d = SHAPES[shape]
+    rows, qlen = 2, 100
+    md = _metadata(rows, qlen, fmt.UNIT + qlen)
+    kern, opts = _compiled(cc, "append", d, options, store._append_window_kernel,
+                           lambda: store.append_window(_step_rows(rows * qlen, hkv, d),
+                                                       _cache_tensors(rows, hkv, d, DTYPES[dtype]), md))
+    return _facts(cc, shape, dtype, opts, kern, collections.Counter())
+
+
+VARIANTS = {"decode": decode_variant, "stage": stage_variant, "store": store_variant, "rows": rows_variant,
+            "append": append_variant}
+
+
 def _sass(kern) -> str:
     return _cuobjdump(kern.kernel, "-sass")
 
@@ -299,7 +328,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collectio
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="decode", help="decode, stage, store (comma-separated)")
+    ap.add_argument("--kernel", default="decode", help="decode, stage, store, rows, append (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")
@@ -324,7 +353,7 @@ def main(argv=None) -> int:
         for shape in args.shape.split(","):
             for dtype in args.dtype.split(","):
                 for kernel, opts in ((kn, o) for kn in args.kernel.split(",") for o in variants):
-                    variant = {"decode": decode_variant, "stage": stage_variant, "store": store_variant}[kernel]
+                    variant = VARIANTS[kernel]
                     r = {**variant(cc, shape, dtype, opts), "kernel": kernel}
                     rows.append(r)
                     lp = r["page_loop"]
