@@ -150,9 +150,8 @@ def memory_outside_pool(worker) -> dict:
                  if isinstance(v, torch.Tensor))
     from s4kv.kernels.store import StepRows
 
-    chunk = sum(t.numel() * t.element_size() for pair in ChunkWorkspace._buffers.values() for t in pair)
     return {"layers_with_int4_kivi": len(impls), "layers": layers, "decode_workspace": DecodeWorkspace.nbytes(),
-            "chunk_scratch": chunk, "step_rows": StepRows.nbytes()}
+            "chunk_scratch": ChunkWorkspace.nbytes(), "step_rows": StepRows.nbytes()}
 
 
 def _select_ops(device: torch.device):

@@ -27,8 +27,6 @@ magnitude is within it (6.1e-5..65504) and saturate at +-65504, with NaN kept as
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 import triton
 import triton.language as tl
@@ -40,6 +38,7 @@ from s4kv.kernels.flash import varlen_paged_attention
 from s4kv.kernels.quant import clamp_fp16, rotate_halves
 from s4kv.kernels.store import store_blocks
 from s4kv.kernels.window import load_window_rows, window_constants
+from s4kv.kernels.workspace import ReservedWorkspace
 
 STAGE_DTYPE = torch.float16
 
@@ -119,52 +118,22 @@ def _stage_kernel(
         tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * w_vs[:, None]).to(odt))
 
 
-class ChunkWorkspace:
-    """The 16-bit scratch pages, one pair (K, V) per device, dtype and layer shape, shared by all
-    layers (they run one after the other). An engine reserves it while the model loads, so vLLM's
-    memory profiling counts it; the planner then cuts steps into waves that fit. Outside an engine
-    (tests, benchmarks) it grows on demand."""
+class ChunkWorkspace(ReservedWorkspace):
+    """The 16-bit scratch pages, one pair (K, V) [pages, BS, Hkv, D] in STAGE_DTYPE per device and
+    layer shape. The planner cuts steps into waves that fit the reserved pages."""
 
-    _buffers: ClassVar[dict] = {}
-    _reserved: ClassVar[dict] = {}  # key -> reserved pages
-
-    @staticmethod
-    def _key(num_kv_heads: int, head_size: int, device) -> tuple:
-        return (str(torch.device(device)), num_kv_heads, head_size)
+    what, unit = "chunk scratch", "pages"
 
     @staticmethod
     def page_bytes(num_kv_heads: int, head_size: int) -> int:
         """Bytes of one scratch page (K and V)."""
         return 2 * fmt.BLOCK_SIZE * num_kv_heads * head_size * STAGE_DTYPE.itemsize
 
-    @classmethod
-    def reserve(cls, pages: int, num_kv_heads: int, head_size: int, device) -> None:
-        key = cls._key(num_kv_heads, head_size, device)
-        cls._reserved[key] = max(pages, cls._reserved.get(key, 0))
-        cls._ensure(key, cls._reserved[key], num_kv_heads, head_size, device)
-
-    @classmethod
-    def capacity(cls, num_kv_heads: int, head_size: int, device) -> int | None:
-        """Reserved pages (None: not reserved, grows as needed)."""
-        return cls._reserved.get(cls._key(num_kv_heads, head_size, device))
-
-    @classmethod
-    def get(cls, pages: int, num_kv_heads: int, head_size: int, device):
-        """(K pages, V pages) [>= pages, BS, Hkv, D] in STAGE_DTYPE."""
-        key = cls._key(num_kv_heads, head_size, device)
-        reserved = cls._reserved.get(key)
-        if reserved is not None and pages > reserved:
-            raise RuntimeError(f"int4_kivi chunk scratch: {pages} pages asked, {reserved} reserved")
-        cls._ensure(key, pages, num_kv_heads, head_size, device)
-        return cls._buffers[key]
-
-    @classmethod
-    def _ensure(cls, key, pages, num_kv_heads, head_size, device) -> None:
-        have = cls._buffers.get(key)
-        if have is None or have[0].shape[0] < pages:
-            shape = (pages, fmt.BLOCK_SIZE, num_kv_heads, head_size)
-            cls._buffers[key] = (torch.empty(shape, dtype=STAGE_DTYPE, device=device),
-                                 torch.empty(shape, dtype=STAGE_DTYPE, device=device))
+    @staticmethod
+    def allocate(count, num_kv_heads, head_size, device):
+        shape = (count, fmt.BLOCK_SIZE, num_kv_heads, head_size)
+        return (torch.empty(shape, dtype=STAGE_DTYPE, device=device),
+                torch.empty(shape, dtype=STAGE_DTYPE, device=device))
 
 
 def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: int) -> None:

@@ -19,7 +19,6 @@ whose (token, byte) dims are innermost works.
 """
 
 import math
-from typing import ClassVar
 
 import torch
 import triton
@@ -29,48 +28,22 @@ from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_constants, window_slots
+from s4kv.kernels.workspace import ReservedWorkspace
 
 
-class StepRows:
+class StepRows(ReservedWorkspace):
     """This step's window rows (codes [T, Hkv, D] uint8 for K and V, scales [T, Hkv, 2] fp16), one
-    scratch per device and layer shape shared by all layers. An engine reserves it for
-    max_num_batched_tokens while the model loads (vLLM's memory profile counts it; captured CUDA
-    graphs keep reading the same addresses); outside an engine it grows on demand."""
+    per device and layer shape. An engine reserves it for max_num_batched_tokens (and the startup
+    check's largest step)."""
 
-    _buffers: ClassVar[dict] = {}
-    _reserved: ClassVar[dict] = {}
+    what, unit = "step rows", "tokens"
 
     @staticmethod
-    def _key(num_kv_heads: int, head_size: int, device) -> tuple:
-        return (str(torch.device(device)), num_kv_heads, head_size)
-
-    @classmethod
-    def reserve(cls, tokens: int, num_kv_heads: int, head_size: int, device) -> None:
-        key = cls._key(num_kv_heads, head_size, device)
-        cls._reserved[key] = max(tokens, cls._reserved.get(key, 0))
-        cls._ensure(key, cls._reserved[key], num_kv_heads, head_size, device)
-
-    @classmethod
-    def get(cls, tokens: int, num_kv_heads: int, head_size: int, device):
-        key = cls._key(num_kv_heads, head_size, device)
-        reserved = cls._reserved.get(key)
-        if reserved is not None and tokens > reserved:
-            raise RuntimeError(f"int4_kivi step rows: {tokens} tokens, {reserved} reserved")
-        cls._ensure(key, tokens, num_kv_heads, head_size, device)
-        return cls._buffers[key]
-
-    @classmethod
-    def nbytes(cls) -> int:
-        return sum(t.numel() * t.element_size() for bufs in cls._buffers.values() for t in bufs)
-
-    @classmethod
-    def _ensure(cls, key, tokens, num_kv_heads, head_size, device) -> None:
-        have = cls._buffers.get(key)
-        if have is None or have[0].shape[0] < tokens:
-            shape = (tokens, num_kv_heads, head_size)
-            cls._buffers[key] = (torch.empty(shape, dtype=torch.uint8, device=device),
-                                 torch.empty(shape, dtype=torch.uint8, device=device),
-                                 torch.empty((tokens, num_kv_heads, 2), dtype=torch.float16, device=device))
+    def allocate(count, num_kv_heads, head_size, device):
+        shape = (count, num_kv_heads, head_size)
+        return (torch.empty(shape, dtype=torch.uint8, device=device),
+                torch.empty(shape, dtype=torch.uint8, device=device),
+                torch.empty((count, num_kv_heads, 2), dtype=torch.float16, device=device))
 
 
 @triton.jit
