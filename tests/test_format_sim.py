@@ -210,7 +210,6 @@ def test_own8_reads_the_query_own_token_in_8_bits_too():
     # position 0 attends only to itself: its output is its value, exact or through 8-bit codes
     v0 = v[:, 0].float().repeat_interleave(2, 0)  # [Hq, D]
     assert torch.allclose(tail8[0], v0, atol=1e-6)
-    v0_8 = fmt.unrotate(fmt.dequantize_values(
-        *fmt.quantize_values(fmt.rotate(v[:, :1]), fmt.FIRST_VALUE_LEVELS), fmt.FIRST_VALUE_LEVELS))[:, 0]
+    v0_8 = fmt.unrotate(fmt.window_round_trip(v[:, :1]))[:, 0]
     assert torch.allclose(own8[0], v0_8.repeat_interleave(2, 0), atol=1e-5)
     assert not torch.allclose(own8[0], v0, atol=1e-6)

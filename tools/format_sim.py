@@ -341,8 +341,7 @@ def kivi_sdpa(q, k, v, scale, var):
     nb = t // BS
     if var.get("tail8"):  # what the tail holds (and a completing block is quantized from)
         assert not (var.get("tail_k") or var.get("tail_v")), "tail8 replaces tail_k / tail_v"
-        k8r, v8r = (fmt.dequantize_values(*fmt.quantize_values(fmt.rotate(x), fmt.FIRST_VALUE_LEVELS),
-                                          fmt.FIRST_VALUE_LEVELS) for x in (k, v))
+        k8r, v8r = fmt.window_round_trip(k), fmt.window_round_trip(v)  # the format's window rows
         kq, vq = fake_quantize(fmt.unrotate(k8r[:, :nb * BS]).to(k.dtype), fmt.unrotate(v8r[:, :nb * BS]).to(v.dtype), var)
     else:
         kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
