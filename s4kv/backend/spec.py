@@ -29,8 +29,9 @@ from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
 from s4kv import format as fmt
 
 
-def _with_tail(num_tokens: int) -> int:
-    """Token slots to ask the full-attention manager for, so that it allocates blocks_held pages."""
+def _with_window(num_tokens: int) -> int:
+    """Token slots to ask the full-attention manager for, so that it allocates blocks_held pages
+    (the request's blocks and its window's pages)."""
     return fmt.blocks_held(num_tokens) * fmt.BLOCK_SIZE
 
 
@@ -39,10 +40,10 @@ class S4KVAttentionManager(FullAttentionManager):
     holds whole units. Everything else (freeing, eviction) is the full-attention manager's."""
 
     def get_num_blocks_to_allocate(self, request_id, num_tokens, *args, **kwargs) -> int:
-        return super().get_num_blocks_to_allocate(request_id, _with_tail(num_tokens), *args, **kwargs)
+        return super().get_num_blocks_to_allocate(request_id, _with_window(num_tokens), *args, **kwargs)
 
     def allocate_new_blocks(self, request_id, num_tokens, *args, **kwargs):
-        return super().allocate_new_blocks(request_id, _with_tail(num_tokens), *args, **kwargs)
+        return super().allocate_new_blocks(request_id, _with_window(num_tokens), *args, **kwargs)
 
     def cache_blocks(self, request, num_tokens, *args, **kwargs):
         # the blocks of complete units only: an incomplete unit's pages hold its window rows
