@@ -28,6 +28,7 @@ def test_all_on_cpu():
     assert cap["kv_cache_bytes"] == 1 << 30 and cap["max_model_len"] == 8192
     q = runs[3].params
     assert q["chunk"] == 256 and q["text_tokens"] == 2048 and q["text"].endswith("eval_text.txt")
+    assert q["text_windows"] == 3
     assert q["prompts"].endswith("prompts_long.jsonl") and q["new_tokens"] == 128
 
 

@@ -31,7 +31,7 @@ def test_all_smollm2_auto(tmp_path):
     )))
     out = tmp_path / "out"
     rc = cli.main(["all", "--model", "smollm2", "--kv", "auto,turboquant_4bit_nc", "--max-model-len", "2048",
-                   "--text-tokens", "512", "--chunk", "128", "--prompts", str(prompts), "--gen-tokens", "8",
+                   "--text-tokens", "512", "--text-windows", "2", "--chunk", "128", "--prompts", str(prompts), "--gen-tokens", "8",
                    "--no-noise-floor", "--out", str(out), "--no-progress", "--timeout", "900"])
     recs = {r["id"]: r for r in records.read_jsonl(out / "results.jsonl")}
     assert rc == 0, {k: r["reason"] for k, r in recs.items()}
@@ -57,9 +57,11 @@ def test_all_smollm2_auto(tmp_path):
     q = recs["quality-auto"]
     assert q["status"] == "ok", q["reason"]
     qm = q["metrics"]
-    assert qm["scored_positions"] == 511 and qm["chunk"] == 128
+    # two windows of 512 tokens, each scored from its own position 0
+    assert qm["text_windows"] == 2 and qm["window_positions"] == [511, 511]
+    assert qm["scored_positions"] == 1022 and qm["chunk"] == 128
     assert 1.0 < qm["perplexity"] < 100.0 and math.isfinite(qm["perplexity"])
-    assert len(q["raw"]["text_top1"]) == 511 and len(q["raw"]["greedy_tokens"]) == 2
+    assert len(q["raw"]["text_top1"]) == 1022 and len(q["raw"]["greedy_tokens"]) == 2
     assert all(len(g) == 8 for g in q["raw"]["greedy_tokens"])
     assert q["vs_auto"]["top1_agreement"] == 1.0
     assert q["vs_auto"]["greedy"]["identical_sequences"] == 2

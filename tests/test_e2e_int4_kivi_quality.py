@@ -59,7 +59,7 @@ def text(llms, inputs, params):
     """Perplexity data of the first 2048 tokens of s4kv/data/eval_text.txt, per dtype."""
     from s4kv.bench import worker
 
-    return {kv: worker.measure_text(llm, inputs["text_ids"], params["chunk"]) for kv, llm in llms.items()}
+    return {kv: worker.measure_text(llm, inputs["text_windows"], params["chunk"]) for kv, llm in llms.items()}
 
 
 @pytest.fixture(scope="module")

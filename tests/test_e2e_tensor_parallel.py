@@ -33,7 +33,7 @@ def measured():
     from s4kv.bench import worker
 
     model = smollm2_dir()
-    params = quality_params("--prompts", "none")
+    params = quality_params("--prompts", "none", "--text-windows", "1")
     inputs = worker.quality_inputs(spec(model, "auto", params))
     out = {}
     with restored_environ():
@@ -47,7 +47,7 @@ def measured():
                 llm = started[kv]
                 conf = llm.llm_engine.vllm_config
                 per_rank = conf.model_config.get_num_kv_heads(conf.parallel_config)
-                out[kv] = (per_rank, *worker.measure_text(llm, inputs["text_ids"], params["chunk"]))
+                out[kv] = (per_rank, *worker.measure_text(llm, inputs["text_windows"], params["chunk"]))
     return out
 
 

@@ -99,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--allow-cpu-speed", action="store_true", help="run speed on CPU too (smoke test)")
     g = ap.add_argument_group("quality (real weights)")
     g.add_argument("--text", default=None, help="perplexity text (default: s4kv/data/eval_text.txt)")
-    g.add_argument("--text-tokens", type=int, default=2048, help="score the first N tokens of --text (default 2048)")
+    g.add_argument("--text-tokens", type=int, default=2048, help="tokens per scored window of --text (default 2048)")
+    g.add_argument("--text-windows", type=int, default=3,
+                   help="score this many consecutive windows of --text-tokens tokens, each its own request from "
+                        "position 0 (more scored positions, a smaller standard error; default 3)")
     g.add_argument("--chunk", type=int, default=256, help="chunked-prefill chunk, max_num_batched_tokens (default 256)")
     g.add_argument("--prompts", default=None,
                    help="JSONL of {\"prompt\": ...} for greedy runs (default: s4kv/data/prompts_long.jsonl); "
@@ -192,6 +195,7 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
             prompts = None if (args.prompts or "").lower() == "none" else (args.prompts or
                                                                             data_file("prompts_long.jsonl"))
             params = {**common, "text": args.text or data_file("eval_text.txt"), "text_tokens": args.text_tokens,
+                      "text_windows": args.text_windows,
                       "chunk": args.chunk, "prompts": prompts, "num_prompts": args.num_prompts,
                       "new_tokens": args.gen_tokens, "max_num_seqs": min(args.chunk, 64),
                       "max_model_len": None}

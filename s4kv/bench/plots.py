@@ -123,7 +123,8 @@ def quality_figure(recs: list[dict]) -> Figure | None:
             cell.set_text_props(weight="bold")
     r = next(r for r in recs if r["measurement"] == "quality" and r["status"] == "ok")
     m = r["metrics"]
-    ax.set_title(f"Quality vs auto: ppl of {m.get('text_tokens')} tokens (chunked prefill {m.get('chunk')}), "
+    ax.set_title(f"Quality vs auto: ppl of {m.get('text_windows') or 1}×{m.get('text_tokens')} tokens "
+                 f"(chunked prefill {m.get('chunk')}), "
                  f"greedy {m.get('num_prompts')}×{m.get('new_tokens')} tokens\n{_title(recs)}", fontsize=9)
     fig.tight_layout()
     return fig

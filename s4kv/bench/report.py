@@ -228,6 +228,13 @@ def _first(recs: list[dict], kind: str) -> dict | None:
     return next((r for r in recs if r["measurement"] == kind and r["status"] == "ok"), None)
 
 
+def _windows_text(m: dict) -> str:
+    """'the first 2048 tokens', or '3 consecutive windows of 2048 tokens (each ...)'."""
+    w = m.get("text_windows") or 1
+    return (f"the first {m.get('text_tokens')} tokens" if w == 1 else
+            f"{w} consecutive windows of {m.get('text_tokens')} tokens (each its own request from position 0)")
+
+
 def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
     if not recs:
         return "# s4kv bench\n\nNo records.\n"
@@ -287,7 +294,7 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
                   f"(`{Path(p['prompts']).name}`), {m.get('new_tokens')} new tokens each, compared token by "
                   "token with `auto`" if m.get("num_prompts") else "")
         parts += ["", "## Quality", "",
-                  (f"Perplexity of the first {m.get('text_tokens')} tokens of `{Path(p['text']).name}` "
+                  (f"Perplexity of {_windows_text(m)} of `{Path(p['text']).name}` "
                   f"({m.get('scored_positions')} scored positions) through vLLM prompt logprobs with chunked "
                   f"prefill of {p.get('chunk')} tokens (later chunks read earlier ones from the KV cache); "
                   f"teacher-forced top-1 agreement with `auto` at every scored position{greedy}. "

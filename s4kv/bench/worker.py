@@ -436,22 +436,24 @@ def load_prompts(path: str, limit: int | None) -> list[str]:
 
 
 def quality_inputs(spec: dict) -> dict:
-    """Token ids of the perplexity text (its first text_tokens) and of the greedy prompts, from the
-    model's HF tokenizer (the same for every dtype: engines get ids), and the max_model_len that
-    fits both (params max_model_len, else the need rounded up to 256)."""
+    """Token ids of the perplexity text (text_windows consecutive windows of text_tokens each) and of
+    the greedy prompts, from the model's HF tokenizer (the same for every dtype: engines get ids), and
+    the max_model_len that fits both (params max_model_len, else the need rounded up to 256)."""
     p = spec["params"]
     n, new_tokens = int(p["text_tokens"]), int(p["new_tokens"])
+    windows = int(p.get("text_windows") or 1)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(spec["model"])
     text_ids = tok.encode(Path(p["text"]).read_text())
-    if len(text_ids) < n:
-        raise Refused(f"{p['text']} has {len(text_ids)} tokens, fewer than --text-tokens {n}")
+    if len(text_ids) < n * windows:
+        raise Refused(f"{p['text']} has {len(text_ids)} tokens, fewer than --text-windows {windows} x "
+                      f"--text-tokens {n}")
     prompts = load_prompts(p["prompts"], p.get("num_prompts")) if p.get("prompts") else []
     prompt_ids = [tok.encode(s) for s in prompts]
     need = max([n + 1] + [len(x) + new_tokens for x in prompt_ids])
-    return {"tokenizer": tok, "text_ids": text_ids[:n], "prompt_ids": prompt_ids,
-            "max_model_len": int(p.get("max_model_len") or -(-need // 256) * 256)}
+    return {"tokenizer": tok, "text_windows": [text_ids[i * n:(i + 1) * n] for i in range(windows)],
+            "prompt_ids": prompt_ids, "max_model_len": int(p.get("max_model_len") or -(-need // 256) * 256)}
 
 
 def start_quality_engine(spec: dict, max_model_len: int, **extra):
@@ -464,15 +466,24 @@ def start_quality_engine(spec: dict, max_model_len: int, **extra):
                         max_num_seqs=int(p["max_num_seqs"]), **extra)
 
 
-def measure_text(llm, ids: list[int], chunk: int) -> tuple[dict, dict]:
-    """Perplexity of the text and its per-position data: (metrics, raw)."""
+def measure_text(llm, windows: list[list[int]], chunk: int) -> tuple[dict, dict]:
+    """Perplexity of the text's windows and their per-position data: (metrics, raw). Each window is
+    its own request, scored alone (so its chunks fall at the same positions in every engine); the
+    per-position lists are the windows' positions 1..len-1, one window after the other."""
     t = time.perf_counter()
-    scored = score_text(llm, ids)
+    scored = {"logprobs": [], "top1": []}
+    per_window = []
+    for ids in windows:
+        one = score_text(llm, ids)
+        scored["logprobs"] += one["logprobs"]
+        scored["top1"] += one["top1"]
+        per_window.append(len(one["logprobs"]))
     t_score = time.perf_counter() - t
     finite = [x for x in scored["logprobs"] if math.isfinite(x)]
     ppl = metrics.perplexity(scored["logprobs"]) if len(finite) == len(scored["logprobs"]) else None
     result_metrics = {
-        "text_tokens": len(ids), "scored_positions": len(scored["logprobs"]), "chunk": chunk,
+        "text_tokens": len(windows[0]), "text_windows": len(windows), "scored_positions": len(scored["logprobs"]),
+        "window_positions": per_window, "chunk": chunk,
         "perplexity": ppl, "nonfinite_logprobs": len(scored["logprobs"]) - len(finite),
         "score_s": round(t_score, 2),
     }
@@ -497,7 +508,7 @@ def run_quality(spec: dict) -> dict:
     p = spec["params"]
     inputs = quality_inputs(spec)
     llm, engine = start_quality_engine(spec, inputs["max_model_len"])
-    result_metrics, raw = measure_text(llm, inputs["text_ids"], int(p["chunk"]))
+    result_metrics, raw = measure_text(llm, inputs["text_windows"], int(p["chunk"]))
     result_metrics.update(text=p["text"], max_model_len=inputs["max_model_len"])
     if inputs["prompt_ids"]:
         gm, gens = measure_greedy(llm, inputs["prompt_ids"], int(p["new_tokens"]))
