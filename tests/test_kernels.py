@@ -177,6 +177,12 @@ LAUNCH_VARIANTS = {
     "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
                                 ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
+    # the window shared by several programs: 130 rows as 3 x 44 (TAIL_SUB 32: a full tile and a part)
+    # and 4 x 33 in 64-row tiles
+    "window-3-splits": {("decode-grid", 0): {"window_splits": 3}},
+    "window-4-splits-64-rows": {("decode-grid", 0): {"window_splits": 4},
+                                ("decode", 64): {"TAIL_SUB": 64, "TAIL_STAGES": 2},
+                                ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
 }
 
 
@@ -188,6 +194,22 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
     _set_launch(monkeypatch, LAUNCH_VARIANTS[variant])
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("window_splits", [2, 4])
+def test_decode_window_splits_with_short_and_empty_windows(window_splits, monkeypatch):
+    """Window programs that get no row (windows of 0-3 rows shared by 2 or 4 programs), the one that
+    takes this step's token, and the step that completes a unit (no window at all), with a group of
+    more than 8 query heads (its window is chunk 0's) next to a short request."""
+    _set_launch(monkeypatch, {("decode-grid", 0): {"window_splits": window_splits}})
+    e = _engine(12, 1, 64, torch.bfloat16, num_blocks=16)
+    unit = fmt.UNIT
+    e.add("a", unit + 6)
+    e.add("b", 8)
+    tol = TOL[torch.bfloat16]
+    check(e, e.step([("a", unit - 2), ("b", 1)]), tol)
+    for _ in range(5):  # a: window 254, then the unit completes (none), then 0, 1, 2 rows; b: 1..5 rows
+        check(e, e.step([("a", 1), ("b", 1)]), tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -453,7 +475,7 @@ def test_batch_dependent_launch_arguments_are_not_compile_time():
 
     # the split count (decode), the first row of a per-wave launch (store) and a wave's job list, a
     # view at the wave's offset in one upload buffer whose alignment Triton would specialize (stage)
-    for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "splits"),
+    for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "parts"),
                         (store._store_blocks_kernel, "row0"), (chunk._stage_kernel, "jobs_ptr")):
         fn = kernel.fn
         while hasattr(fn, "fn"):  # the interpreter wraps the JIT function

@@ -7,8 +7,9 @@ which pages a split covers is computed from the sequence lengths on the device):
    (fp32), once per row, so that no split repeats it and the page loop carries no rotation.
 2. ``_decode_kernel``, one program per (decode row, kv head, split): splits 0..splits-1 walk their
    share of the row's quantized pages, loading each page once for all query heads of the kv head;
-   split `splits` attends to the window (its 8-bit rows in the pages plus this step's token's row,
-   s4kv.kernels.window), in the rotated basis too. Pages are never dequantized into tiles: per-channel key
+   splits splits..splits+window_splits-1 attend to their share of the window (its 8-bit rows in the
+   pages, s4kv.kernels.window; the first of them also this step's token's row), in the rotated basis
+   too. Pages are never dequantized into tiles: per-channel key
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
    which become 16-bit operands B + c by bit operations (s4kv.kernels.quant.biased_code_operands);
@@ -16,8 +17,8 @@ which pages a split covers is computed from the sequence lengths on the device):
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
    the high nibbles of its value codes are added on their own. PAGES pages per loop iteration
    share one running max and sum.
-3. ``_reduce_kernel``, one program per (row, kv head): merges the page splits and the window's
-   partial (log-sum-exp), rotates their sum back to the original basis once and normalizes.
+3. ``_reduce_kernel``, one program per (row, kv head): merges the page and window partials
+   (log-sum-exp), rotates their sum back to the original basis once and normalizes.
 """
 
 import math
@@ -206,7 +207,7 @@ def _decode_kernel(
     kc_ptr, vc_ptr, sc_ptr,  # this step's window rows (s4kv.kernels.store.StepRows)
     cache_ptr, stride_cb, stride_ch,  # pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
-    part_o_ptr, part_ml_ptr,  # [R, Hq, splits + 1, D] fp32, [R, Hq, splits + 1, 2] fp32
+    part_o_ptr, part_ml_ptr,  # [R, Hq, splits + WINDOW_SPLITS, D] fp32, [R, Hq, splits + WINDOW_SPLITS, 2] fp32
     splits,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
@@ -216,7 +217,7 @@ def _decode_kernel(
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr,
     SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
-    PDL: tl.constexpr,
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
         gdc_launch_dependents()
@@ -232,7 +233,8 @@ def _decode_kernel(
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    part_base = (row * (GROUP * hkv) + hq) * (splits + 1) + split
+    parts = splits + WINDOW_SPLITS  # partials per (row, query head)
+    part_base = (row * (GROUP * hkv) + hq) * parts + split
 
     q_start = tl.load(qsl_ptr + row)
     qlen = tl.load(qsl_ptr + row + 1) - q_start
@@ -248,21 +250,23 @@ def _decode_kernel(
         # pages (rotated basis; the reduction rotates their share back)
         per_split = tl.cdiv(n_pages, splits)
         page_lo = split * per_split
-        # partials of query head hq and split s at (hq * (splits + 1) + s); this chunk's first head
+        # partials of query head hq and split s at (hq * parts + s); this chunk's first head
         hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
         if PDL:  # launched while the rotation may still run: its queries are complete after this
             gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
                        qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
-                       part_o_ptr + (hq0 * (splits + 1) + split) * (2 * HALF),
-                       part_ml_ptr + (hq0 * (splits + 1) + split) * 2, splits + 1,
+                       part_o_ptr + (hq0 * parts + split) * (2 * HALF),
+                       part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
                        K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
-            # the window (rotated basis, 8-bit rows): positions n_pages*BS .. p-1 from its rows in the
-            # pages, in TAIL_SUB-row tiles, then this step's token's row
+            # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
+            # from their rows in the pages, in TAIL_SUB-row tiles, then (the first window split)
+            # this step's token's row. A window is up to 255 rows: one program walking them all
+            # outlasted the page programs, which it follows in the grid (H200, 192 rows: +9 us).
             if PDL:
                 gdc_wait()
             qrow = qr_ptr + (row * (GROUP * hkv) + hq[:, None]) * (2 * HALF)
@@ -271,10 +275,14 @@ def _decode_kernel(
             qd_lo = q_lo.to(DOT_DTYPE)
             qd_hi = q_hi.to(DOT_DTYPE)
             tail = p - n_pages * BS  # window rows before p (-1: the unit just completed)
+            w = split - splits
+            per_split = tl.cdiv(tl.maximum(tail, 0), WINDOW_SPLITS)
+            w_lo = w * per_split
+            w_hi = tl.minimum(w_lo + per_split, tail)
             bt_row = block_table_ptr + row * stride_bt
-            for t0 in tl.range(0, tail, TAIL_SUB, num_stages=TAIL_STAGES):
+            for t0 in tl.range(w_lo, w_hi, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
-                in_tail = tt < tail
+                in_tail = tt < w_hi
                 base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, SLOTS)
                 rk = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :]
                 m = in_tail[:, None]
@@ -304,7 +312,7 @@ def _decode_kernel(
             nk_lo = (tl.load(kc_ptr + own * (2 * HALF) + c).to(tl.float32) - 127.5) * ks_own
             nk_hi = (tl.load(kc_ptr + own * (2 * HALF) + HALF + c).to(tl.float32) - 127.5) * ks_own
             s_new = tl.sum(q_lo * nk_lo[None, :], axis=1) + tl.sum(q_hi * nk_hi[None, :], axis=1)
-            s_new = tl.where(tail >= 0, s_new, -float("inf"))
+            s_new = tl.where((tail >= 0) & (w == 0), s_new, -float("inf"))
             m_new = tl.maximum(m_i, s_new)
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
@@ -323,11 +331,11 @@ def _decode_kernel(
         tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
 
 
-@triton.jit(do_not_specialize=["splits"])
-def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, splits,
+@triton.jit(do_not_specialize=["parts"])
+def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
                    GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
                    STAGES: tl.constexpr, PDL: tl.constexpr):
-    """Merge the page splits and the window's partial (split `splits`), all in the rotated basis
+    """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
     if PDL:  # launched while the page kernel may still run: its partials are complete after this
         gdc_wait()
@@ -340,7 +348,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    base = (row * GROUP * tl.num_programs(1) + hq) * (splits + 1)  # [G_PAD]
+    base = (row * GROUP * tl.num_programs(1) + hq) * parts  # [G_PAD]
     # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do not
     # depend on each other, so the software pipeline keeps several in flight (a first pass for the
     # max and a second for the sums waited on one load after another)
@@ -348,7 +356,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     l_all = tl.zeros([G_PAD], tl.float32)
     rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
     rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
-    for s in tl.range(0, splits + 1, num_stages=STAGES):
+    for s in tl.range(0, parts, num_stages=STAGES):
         m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
         ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
         o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
@@ -369,16 +377,25 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
 
 
-# Page programs per SM (four 4-warp programs are resident on sm80/sm90, tools/kernel_static.py) and
-# the most splits of one row; launch_options("decode-grid", 0) overrides them (tools/gpu/tune_kernels.py)
+# Page programs per SM (four 4-warp programs are resident on sm80/sm90, tools/kernel_static.py), the
+# most splits of one row, and the programs that share a row's window (up to 255 rows: each takes
+# cdiv(rows, WINDOW_SPLITS) of them); launch_options("decode-grid", 0) overrides them
+# (window_splits: tools/gpu/tune_kernels.py)
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 32
+WINDOW_SPLITS = 1
+
+
+def window_splits() -> int:
+    """Window programs per (decode row, kv head)."""
+    return int(launch_options("decode-grid", 0).get("window_splits", WINDOW_SPLITS))
 
 
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
     """Page splits per (row, kv head), from the batch shape only (graph-safe): as many page programs
     as fit PROGRAMS_PER_SM times on the GPU, rounded down so that no second, nearly empty wave of
-    page programs follows (each (row, kv head) also has one short window program, launched last)."""
+    page programs follows (each (row, kv head) also has window_splits() short window programs,
+    launched last)."""
     grid = launch_options("decode-grid", 0)
     want = grid.get("programs_per_sm", PROGRAMS_PER_SM) * num_sms
     max_splits = max_splits or grid.get("max_splits", MAX_SPLITS)
@@ -388,15 +405,16 @@ def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int |
 class DecodeWorkspace:
     """Rotated queries and split partials, reserved once per process while the model loads (so
     vLLM's memory profiling counts them) and never reallocated (captured CUDA graphs keep reading
-    the same addresses). A row has `splits` page partials and one for its window."""
+    the same addresses). A row has `splits` page partials and window_splits() for its window."""
 
     _buffers: ClassVar[dict] = {}
     _reserved: ClassVar[set] = set()
 
     @staticmethod
     def capacity(max_rows: int, num_kv_heads: int, num_sms: int) -> int:
-        """Largest rows * (splits + 1) over every decode batch size up to max_rows."""
-        return max(r * (num_splits(r, num_kv_heads, num_sms) + 1) for r in range(1, max_rows + 1))
+        """Largest rows * (splits + window splits) over every decode batch size up to max_rows."""
+        ws = window_splits()
+        return max(r * (num_splits(r, num_kv_heads, num_sms) + ws) for r in range(1, max_rows + 1))
 
     @classmethod
     def _fits(cls, key, partials: int, rows: int, hq: int, d: int) -> bool:
@@ -423,14 +441,15 @@ class DecodeWorkspace:
         cls._reserved.add(key)
 
     @classmethod
-    def get(cls, rows: int, hq: int, splits: int, d: int, device):
-        """(partial outputs, partial (max, sum), rotated queries) for `rows` decode rows."""
+    def get(cls, rows: int, hq: int, parts: int, d: int, device):
+        """(partial outputs, partial (max, sum), rotated queries) for `rows` decode rows of `parts`
+        partials each."""
         key = (str(device), hq, d)
-        partials = rows * (splits + 1)
+        partials = rows * parts
         if not cls._fits(key, partials, rows, hq, d):
             if key in cls._reserved:
                 raise RuntimeError(f"int4_kivi decode workspace reserved too small for {rows} rows "
-                                   f"x {splits + 1} partials")
+                                   f"x {parts} partials")
             cls._allocate(key, partials, rows, hq, d, device)  # outside an engine (tests, benchmarks)
         return cls._buffers[key]
 
@@ -480,7 +499,8 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     g_pad = max(16, triton.next_power_of_2(group))
     head_chunks = -(-group // PAGE_HEADS)
     lay = fmt.PageLayout(d)
-    part_o, part_ml, qr = DecodeWorkspace.get(num_decodes, hq, splits, d, q.device)
+    ws = window_splits()
+    part_o, part_ml, qr = DecodeWorkspace.get(num_decodes, hq, splits + ws, d, q.device)
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
@@ -488,7 +508,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
         q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
         GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
     )
-    _decode_kernel[(num_decodes, hkv * head_chunks, splits + 1)](
+    _decode_kernel[(num_decodes, hkv * head_chunks, splits + ws)](
         qr,
         kc, vc, sc,
         regions, regions.stride(0), regions.stride(1),
@@ -499,12 +519,12 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
         CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), UNIT=fmt.UNIT, HKV=hkv,
-        **window_constants(d), PDL=pdl,
+        **window_constants(d), WINDOW_SPLITS=ws, PDL=pdl,
         **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
         **({"launch_pdl": True} if pdl else {}),
     )
     _reduce_kernel[(num_decodes, hkv)](
-        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits,
+        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
         GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
         **{**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)},
         **({"launch_pdl": True} if pdl else {}),

@@ -2,7 +2,7 @@
 # Everything S4 KV runs on the lent H200, in one command, after the bundle's setup
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
-#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune pdl tune-stage smoke kernels variants profile profile-source diag-tail
+#   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-window pdl tune-stage smoke kernels variants profile profile-source diag-tail
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve tp-check tp-bench)
@@ -120,6 +120,11 @@ for s in "$@"; do
     tune)  # decode launch tuning (tools/gpu/tune_kernels.py); later steps use the chosen options
       unset S4KV_KERNEL_CONFIG
       step tune python3 tools/gpu/tune_kernels.py decode --json "$OUT/tune.json" --config-out $CONFIG
+      [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
+    tune-window)  # the decode window's programs and tiles (tools/gpu/tune_kernels.py window); later
+      # steps use the best (S4KV_KERNEL_CONFIG)
+      unset S4KV_KERNEL_CONFIG
+      step tune-window python3 tools/gpu/tune_kernels.py window --json "$OUT/tune-window.json" --config-out $CONFIG
       [ -f $CONFIG ] && cp $CONFIG "$OUT/kernel-config.json" && export S4KV_KERNEL_CONFIG=$CONFIG ;;
     kernels)  # decode kernel alone on the speed points (and two with windows), each kernel's own
       # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens

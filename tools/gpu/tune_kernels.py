@@ -17,6 +17,9 @@ pdl:    programmatic dependent launch against stream order (sm90+), default opti
 stage:  chunk attention's stage kernel over (warps, pipeline stages) for a 2048-query chunk after
         0, 8k and 30k cached tokens, each variant checked against the default launch's output,
         next to bf16 FlashAttention.
+window: the decode window's programs per (row, kv head) x its tiles (rows per tile, pipeline
+        depth), on points with windows of 0, 63, 191 and 254 rows (8-bit, 0..255 in serving): the
+        whole call and each kernel's time, each variant's output checked against the default's.
 """
 
 import argparse
@@ -307,6 +310,74 @@ def probe_pdl(results):
               f"{'' if err < TOLERANCE[torch.bfloat16] else '   <-- DIFFER'}", flush=True)
 
 
+# window: (context, batch) points, the window's rows in brackets: none (the README's two), 63, 191 and
+# the longest a window holds, 254 (+ this step's token)
+WINDOW_SHAPES = ((8192, 32), (8192 + 64, 32), (8192 + 255, 32), (32768, 8), (32768 - 64, 8), (32768 + 255, 8))
+WINDOW_VARIANTS = tuple(itertools.product((1, 2, 4), ((32, 1), (32, 2), (64, 1), (64, 2))))
+
+
+def sweep_window(results, config_out=None):
+    """The window programs' launch options: window_splits (programs sharing a row's window) x the
+    tile (TAIL_SUB rows, TAIL_STAGES). Each variant's output must match the default launch's within
+    the engine's self-check tolerance; each point's time with the default launch first, then a table
+    of every variant's time per point (us) and its geometric means over the points with a window and
+    over all (serving's windows are 0..255 rows). The best over all is written as an
+    S4KV_KERNEL_CONFIG file when config_out is given."""
+    from s4kv.backend.selfcheck import TOLERANCE
+    from s4kv.kernels.bench import bench_case, copy_bandwidth
+
+    copy = copy_bandwidth()
+    print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
+    expected = {}
+    table = {}
+    for ws, (tail_sub, tail_stages) in WINDOW_VARIANTS:
+        label = f"window_splits={ws} TAIL_SUB={tail_sub} TAIL_STAGES={tail_stages}"
+        kernels.LAUNCH[("decode", 128)] = {"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages}
+        kernels.LAUNCH[("decode-grid", 0)] = {"window_splits": ws}
+        row = {}
+        for ctx, b in WINDOW_SHAPES:
+            try:
+                got = []
+                r = bench_case(ctx, b, output=got, breakdown=True, flash=False)
+            except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
+                print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
+                break
+            want = expected.setdefault((ctx, b), got[0])
+            err = ((got[0] - want).norm() / want.norm()).item()
+            if not err < TOLERANCE[torch.bfloat16]:
+                print(f"{label} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
+                break
+            frac = r["bandwidth"] / copy
+            r.update(probe="window", window_splits=ws, options={"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages},
+                     fraction_of_copy=frac, rel_err_vs_default=err)
+            results.append(r)
+            row[(ctx, b)] = r["ms"]
+            parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
+            print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:6.1f} us {frac:6.1%} "
+                  f"({parts} us)", flush=True)
+        else:
+            table[label] = (row, ws, {"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages})
+        print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
+    kernels.LAUNCH.pop(("decode", 128), None)
+    kernels.LAUNCH.pop(("decode-grid", 0), None)
+    windowed = [shape for shape in WINDOW_SHAPES if shape[0] % fmt.UNIT]
+
+    def overall(item):
+        return _geomean(list(item[1][0].values()))
+    print("\n| variant | " + " | ".join(f"{c}x{b}" for c, b in WINDOW_SHAPES) + " | geomean (windows) | geomean (all) |")
+    print("|---|" + "---|" * (len(WINDOW_SHAPES) + 2))
+    for label, (row, _ws, _opts) in sorted(table.items(), key=overall):
+        print(f"| {label} | " + " | ".join(f"{row[s] * 1e3:.1f}" for s in WINDOW_SHAPES)
+              + f" | {_geomean([row[s] for s in windowed]) * 1e3:.1f} | {_geomean(list(row.values())) * 1e3:.1f} |",
+              flush=True)
+    if config_out and table:
+        label, (_row, ws, opts) = min(table.items(), key=overall)
+        with open(config_out, "w") as f:
+            json.dump([{"kernel": "decode", "head_size": d, "options": opts} for d in (64, 128)]
+                      + [{"kernel": "decode-grid", "head_size": 0, "options": {"window_splits": ws}}], f, indent=1)
+        print(f"best: {label}; wrote {config_out}", flush=True)
+
+
 def sweep_stage(results):
     """Stage-kernel launch options (warps, pipeline stages) of chunk attention on chunks after 0, 8k
     and 30k cached tokens, head_dim 128. Each variant's output must equal the default launch's (the
@@ -361,9 +432,9 @@ def sweep_stage(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode", "pdl", "stage"])
+    ap.add_argument("probes", nargs="+", choices=["rot", "d64", "decode", "pdl", "stage", "window"])
     ap.add_argument("--json")
-    ap.add_argument("--config-out", help="decode: write the best launch options here (S4KV_KERNEL_CONFIG)")
+    ap.add_argument("--config-out", help="decode, window: write the best launch options here (S4KV_KERNEL_CONFIG)")
     ap.add_argument("--store", default="", help="d64: store launch options, e.g. num_warps=8")
     ap.add_argument("--stage", default="", help="d64: stage launch options, e.g. num_warps=2,num_stages=1")
     args = ap.parse_args()
@@ -382,6 +453,8 @@ def main():
                 probe_pdl(results)
             elif p == "stage":
                 sweep_stage(results)
+            elif p == "window":
+                sweep_window(results, args.config_out)
             else:
                 probe_rotation(results)
     if args.json:
