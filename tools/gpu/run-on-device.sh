@@ -30,9 +30,9 @@ MODEL=${S4KV_MODEL:-/root/models/smollm2-135m}
 VLLM_VERSION=$(python3 -c 'import importlib.metadata as m; print(m.version("vllm").split("+")[0])' 2>/dev/null || echo unknown)
 KVS=${KVS:-auto,fp8,turboquant_4bit_nc,int4_kivi}
 status=0
-# the decode kernel bench's points: the README's three (no window at 8k and 32k) and two whose rows
-# carry a window of 64 and 192 rows, as serving's do (0..255 rows)
-DECODE_POINTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
+# the decode kernel bench's points: the README's three (no window at 8k and 32k) and three whose rows
+# carry a window of 63, 191 and 254 rows, as serving's do (0..255 rows)
+DECODE_POINTS="--contexts 1024,8192,32768,8256,32704,33023 --batches 64,32,8,32,8,8"
 DETACHED=/root/s4kv-detached   # the detached run's OUT, log and pid
 
 # a lease's numbers are only worth having on the torch the installed vLLM pins (a missing torch chunk
