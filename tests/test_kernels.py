@@ -177,12 +177,14 @@ LAUNCH_VARIANTS = {
     "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
                                 ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
-    # the window shared by several programs: 130 rows as 3 x 44 (TAIL_SUB 32: a full tile and a part)
-    # and 4 x 33 in 64-row tiles
-    "window-3-splits": {("decode-grid", 0): {"window_splits": 3}},
-    "window-4-splits-64-rows": {("decode-grid", 0): {"window_splits": 4},
-                                ("decode", 64): {"TAIL_SUB": 64, "TAIL_STAGES": 2},
-                                ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
+    # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
+    # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined
+    "one-window-program-32-rows": {("decode-grid", 0): {"window_splits": 1},
+                                   ("decode", 64): {"TAIL_SUB": 32}, ("decode", 128): {"TAIL_SUB": 32}},
+    "window-3-splits-32-rows": {("decode-grid", 0): {"window_splits": 3},
+                                ("decode", 64): {"TAIL_SUB": 32}, ("decode", 128): {"TAIL_SUB": 32}},
+    "window-4-splits-2-stages": {("decode-grid", 0): {"window_splits": 4},
+                                 ("decode", 64): {"TAIL_STAGES": 2}, ("decode", 128): {"TAIL_STAGES": 2}},
 }
 
 
@@ -196,9 +198,9 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("window_splits", [2, 4])
+@pytest.mark.parametrize("window_splits", [1, 2, 4])
 def test_decode_window_splits_with_short_and_empty_windows(window_splits, monkeypatch):
-    """Window programs that get no row (windows of 0-3 rows shared by 2 or 4 programs), the one that
+    """Window programs that get no row (windows of 0-3 rows shared by 1, 2 or 4 programs), the one that
     takes this step's token, and the step that completes a unit (no window at all), with a group of
     more than 8 query heads (its window is chunk 0's) next to a short request."""
     _set_launch(monkeypatch, {("decode-grid", 0): {"window_splits": window_splits}})

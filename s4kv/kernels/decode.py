@@ -380,10 +380,13 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
 # Page programs per SM (four 4-warp programs are resident on sm80/sm90, tools/kernel_static.py), the
 # most splits of one row, and the programs that share a row's window (up to 255 rows: each takes
 # cdiv(rows, WINDOW_SPLITS) of them); launch_options("decode-grid", 0) overrides them
-# (window_splits: tools/gpu/tune_kernels.py)
+# (tools/gpu/tune_kernels.py). Two window programs of 64-row tiles: with a 254-row window one
+# program of 32-row tiles outlasted the page programs by 13-17 us; now 1.6 us more with no window
+# (the reduction's one more partial), 13-14 us less with 254 rows (H200, 8k x 32 and 32k x 8,
+# docs/results/gpu-h200-2026-12-04-decode-window/)
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 32
-WINDOW_SPLITS = 1
+WINDOW_SPLITS = 2
 
 
 def window_splits() -> int:
@@ -466,9 +469,10 @@ PAGE_HEADS = 8
 # block-table indirection Triton 3.6 double-buffers the pages only from 5 stages on (two pages in
 # flight while one is computed; with 2-4 the next page's copy is issued after the compute).
 # TAIL_SUB / TAIL_STAGES: the window's tiles (its buffers are allocated beside the page
-# loop's, so they stay small). maxnreg 128 keeps four 4-warp programs resident per SM without
+# loop's, so they stay small; 64 rows unpipelined was the fastest of 32/64 rows x 1/2 stages with 1,
+# 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
 # spills on sm80-sm90 (tools/kernel_static.py).
-DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 32, "TAIL_STAGES": 1,
+DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128}
 
 
