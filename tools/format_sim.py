@@ -134,6 +134,9 @@ VARIANTS = {
     "first_value8+tail8own+unit2": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2},
     "first_value8+sinkkey+kmin64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kmin64": 1, "tail8": 1,
                                                    "own8": 1, "unit": 2},
+    # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
+    # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
+    "first_value8+tail8own+unit3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 3},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
