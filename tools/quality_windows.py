@@ -11,8 +11,9 @@ agreement against `auto`, with their batch-means errors, and the pooled figure l
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from quality_paired import records
 
 from s4kv.bench import metrics
 
@@ -46,8 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results")
     args = ap.parse_args()
-    with open(args.results) as f:
-        recs = {r["id"]: r for r in map(json.loads, f) if r.get("measurement") == "quality" and r.get("raw")}
+    recs = records(args.results)
     ref = recs.pop("quality-auto")
     print("| record | window | Δ perplexity vs auto ± SE | top-1 agreement ± SE |\n|---|---|---|---|")
     for rid, rec in recs.items():
