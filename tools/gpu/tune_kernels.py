@@ -173,6 +173,40 @@ def _geomean(times):
     return math.prod(times) ** (1 / len(times))
 
 
+def time_launch(label, shapes, expected, copy, results, breakdown=False, **record):
+    """{(context, batch): ms} of the decode call at the launch options kernels.LAUNCH holds now, on
+    `shapes`; None when a shape does not compile or launch, or its output differs from
+    expected[shape] beyond the engine's self-check tolerance (a miscompile is reported, not ranked).
+    A shape missing from `expected` takes this launch's output as the reference. Each point's record
+    (with `record` added) goes to `results`."""
+    from s4kv.backend.selfcheck import TOLERANCE
+    from s4kv.kernels.bench import bench_case
+
+    times = {}
+    for ctx, b in shapes:
+        try:
+            got = []
+            r = bench_case(ctx, b, output=got, breakdown=breakdown, flash=False)
+            want = expected.setdefault((ctx, b), got[0])
+            err = ((got[0] - want).norm() / want.norm()).item()
+        except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
+            print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
+            return None
+        # another split count rounds differently (bf16 probabilities, ~0.2-0.35% at 6-12 programs
+        # per SM, 2026-12-02): the engine's own self-check bound tells that from a miscompile
+        if not err < TOLERANCE[torch.bfloat16]:
+            print(f"{label} {ctx}x{b}: output differs from the reference launch's (rel. L2 {err:.3g})", flush=True)
+            return None
+        frac = r["bandwidth"] / copy
+        r.update(record, fraction_of_copy=frac, rel_err_vs_default=err)
+        results.append(r)
+        times[(ctx, b)] = r["ms"]
+        parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r.get("kernels_ms", {}).items())
+        print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}"
+              + (f" ({parts} us)" if parts else ""), flush=True)
+    return times
+
+
 def sweep_decode(results, config_out=None):
     """Sweep decode launch options in three rounds, each keeping the best of the round before
     (geometric mean of time over DECODE_SHAPES): page-kernel options x programs per SM, then the
@@ -183,7 +217,6 @@ def sweep_decode(results, config_out=None):
     best is written as an S4KV_KERNEL_CONFIG file when config_out is given."""
     from diag_tail import pytorch_path, rel
 
-    from s4kv.backend.selfcheck import TOLERANCE
     from s4kv.kernels.bench import bench_case, copy_bandwidth, decode_inputs
 
     copy = copy_bandwidth()
@@ -207,28 +240,9 @@ def sweep_decode(results, config_out=None):
         kernels.LAUNCH[("decode", 128)] = decode_opts
         kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64, "pdl": pdl}
         kernels.LAUNCH[("decode-reduce", 128)] = reduce_opts
-        times = []
-        for ctx, b in DECODE_SHAPES:
-            try:
-                got = []
-                r = bench_case(ctx, b, output=got, flash=False)
-                want = expected[(ctx, b)]
-                err = ((got[0] - want).norm() / want.norm()).item()
-            except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
-                print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
-                return None
-            # another split count rounds differently (bf16 probabilities, ~0.2-0.35% at 6-12 programs
-            # per SM, 2026-12-02): the engine's own self-check bound tells that from a miscompile
-            if not err < TOLERANCE[torch.bfloat16]:
-                print(f"{label} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
-                return None
-            frac = r["bandwidth"] / copy
-            r.update(probe="decode", options=decode_opts, programs_per_sm=pps, reduce_options=reduce_opts,
-                     fraction_of_copy=frac, rel_err_vs_default=err)
-            results.append(r)
-            times.append(r["ms"])
-            print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us {frac:6.1%}", flush=True)
-        return _geomean(times)
+        times = time_launch(label, DECODE_SHAPES, expected, copy, results, probe="decode", options=decode_opts,
+                            programs_per_sm=pps, reduce_options=reduce_opts)
+        return None if times is None else _geomean(list(times.values()))
 
     def best_of(name, ranked):
         for (label, gm, *_rest) in sorted(ranked, key=lambda x: x[1])[:6]:
@@ -318,45 +332,27 @@ WINDOW_VARIANTS = tuple(itertools.product((1, 2, 4), ((32, 1), (32, 2), (64, 1),
 
 def sweep_window(results, config_out=None):
     """The window programs' launch options: window_splits (programs sharing a row's window) x the
-    tile (TAIL_SUB rows, TAIL_STAGES). Each variant's output must match the default launch's within
-    the engine's self-check tolerance; each point's time with the default launch first, then a table
+    tile (TAIL_SUB rows, TAIL_STAGES). Each variant's output must match the first variant's (one
+    program, 32-row tiles: the launch until 2026-12-04) within the engine's self-check tolerance;
+    each point's time, variant by variant, then a table
     of every variant's time per point (us) and its geometric means over the points with a window and
     over all (serving's windows are 0..255 rows). The best over all is written as an
     S4KV_KERNEL_CONFIG file when config_out is given."""
-    from s4kv.backend.selfcheck import TOLERANCE
-    from s4kv.kernels.bench import bench_case, copy_bandwidth
+    from s4kv.kernels.bench import copy_bandwidth
 
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s", flush=True)
-    expected = {}
+    expected = {}  # the first variant's outputs (the default launch's)
     table = {}
     for ws, (tail_sub, tail_stages) in WINDOW_VARIANTS:
         label = f"window_splits={ws} TAIL_SUB={tail_sub} TAIL_STAGES={tail_stages}"
-        kernels.LAUNCH[("decode", 128)] = {"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages}
+        opts = {"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages}
+        kernels.LAUNCH[("decode", 128)] = opts
         kernels.LAUNCH[("decode-grid", 0)] = {"window_splits": ws}
-        row = {}
-        for ctx, b in WINDOW_SHAPES:
-            try:
-                got = []
-                r = bench_case(ctx, b, output=got, breakdown=True, flash=False)
-            except Exception as e:  # noqa: BLE001 - a variant that does not compile or launch is skipped
-                print(f"{label} {ctx}x{b}: {type(e).__name__} {e}"[:300], flush=True)
-                break
-            want = expected.setdefault((ctx, b), got[0])
-            err = ((got[0] - want).norm() / want.norm()).item()
-            if not err < TOLERANCE[torch.bfloat16]:
-                print(f"{label} {ctx}x{b}: output differs from the default launch's (rel. L2 {err:.3g})", flush=True)
-                break
-            frac = r["bandwidth"] / copy
-            r.update(probe="window", window_splits=ws, options={"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages},
-                     fraction_of_copy=frac, rel_err_vs_default=err)
-            results.append(r)
-            row[(ctx, b)] = r["ms"]
-            parts = "; ".join(f"{n} {t * 1e3:.1f}" for n, t in r["kernels_ms"].items())
-            print(f"{label} {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:6.1f} us {frac:6.1%} "
-                  f"({parts} us)", flush=True)
-        else:
-            table[label] = (row, ws, {"TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages})
+        row = time_launch(label, WINDOW_SHAPES, expected, copy, results, breakdown=True, probe="window",
+                          window_splits=ws, options=opts)
+        if row is not None:
+            table[label] = (row, ws, opts)
         print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
     kernels.LAUNCH.pop(("decode", 128), None)
     kernels.LAUNCH.pop(("decode-grid", 0), None)
