@@ -276,9 +276,9 @@ def _decode_kernel(
             qd_hi = q_hi.to(DOT_DTYPE)
             tail = p - n_pages * BS  # window rows before p (-1: the unit just completed)
             w = split - splits
-            per_split = tl.cdiv(tl.maximum(tail, 0), WINDOW_SPLITS)
-            w_lo = w * per_split
-            w_hi = tl.minimum(w_lo + per_split, tail)
+            per_program = tl.cdiv(tl.maximum(tail, 0), WINDOW_SPLITS)  # window rows
+            w_lo = w * per_program
+            w_hi = tl.minimum(w_lo + per_program, tail)
             bt_row = block_table_ptr + row * stride_bt
             for t0 in tl.range(w_lo, w_hi, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
