@@ -132,10 +132,17 @@ def _mma(counter: collections.Counter) -> int:
     return sum(n for op, n in counter.items() if op.startswith(("HMMA", "HGMMA")))
 
 
+def _int_to_float(counter: collections.Counter) -> int:
+    return sum(n for op, n in counter.items() if op.startswith("I2F"))
+
+
 def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
-    """The loop with the most tensor-core instructions (then the most instructions): a decode or
-    stage kernel's page loop; None without a loop."""
-    return max(loop_bodies(sass), key=lambda b: (_mma(b[2]), sum(b[2].values())), default=None)
+    """A decode or stage kernel's page loop: the loop with the most tensor-core instructions, then
+    the fewest integer-to-float conversions (pages' 4-bit codes become dot operands by bit operations,
+    s4kv.kernels.code_ptx; the decode kernel's window loop converts 8-bit codes with I2F and, in
+    64-row tiles, has as many MMAs), then the most instructions; None without a loop."""
+    return max(loop_bodies(sass), key=lambda b: (_mma(b[2]), -_int_to_float(b[2]), sum(b[2].values())),
+               default=None)
 
 
 def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
@@ -319,7 +326,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collectio
         "code_tile_buffers": max(buffers, default=0),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
-                      "int_to_float_per_warp": sum(n for op, n in page.items() if op.startswith("I2F")),
+                      "int_to_float_per_warp": _int_to_float(page),
                       "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
                       "top": top},
         "triton": triton.__version__,

@@ -74,8 +74,8 @@ def line_table(cubin: bytes) -> tuple[dict[int, tuple[str, int]], dict[int, str]
 
 
 def page_loop(kern) -> tuple[int, int]:
-    """(first, last) offset of the page loop: kernel_static's pick (the loop with the most tensor-core
-    instructions), from the same build's cuobjdump listing (its offsets are nvdisasm's)."""
+    """(first, last) offset of the page loop: kernel_static's pick (kernel_static.page_loop), from the
+    same build's cuobjdump listing (its offsets are nvdisasm's)."""
     import kernel_static as ks
 
     loop = ks.page_loop(ks._sass(kern))
