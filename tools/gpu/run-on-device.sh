@@ -3,6 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-window pdl tune-stage smoke kernels variants profile profile-source diag-tail
+#                                                 host-overhead profile-decode
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve tp-check tp-bench)
@@ -130,6 +131,14 @@ for s in "$@"; do
       # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens
       step kernels python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --prefill-contexts 0,8192,30720 \
         --json "$OUT/kernels.json" ;;
+    host-overhead)  # one layer's attention outside CUDA graphs (the steps with a prefill chunk): host time to
+      # issue it against its device time, int4_kivi next to bf16's reshape_and_cache + FlashAttention
+      step host-overhead python3 tools/gpu/host_overhead.py --json "$OUT/host-overhead.json" ;;
+    profile-decode)  # an engine's decode step kernel by kernel (PROFILE_POINTS="8192x32 32768x8"), each dtype of KVS
+      for pt in ${PROFILE_POINTS:-8192x32}; do
+        step "profile-decode-$pt" python3 tools/gpu/profile_decode.py --kv "$KVS" --context "${pt%x*}" \
+          --batch "${pt#*x}" --json "$OUT/profile-decode-$pt.json"
+      done ;;
     pdl)  # programmatic dependent launch against stream order on the decode points (a minute)
       step pdl python3 tools/gpu/tune_kernels.py pdl --json "$OUT/pdl.json" ;;
     tune-stage)  # chunk attention's stage-kernel launch sweep, each variant checked against the default's output
