@@ -163,14 +163,45 @@ def bf16_case(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dtype
     return time_call(run)
 
 
+def _cprofile(args, top: int) -> None:
+    """cProfile over 50 eager int4_kivi calls per batch (after a warm-up), by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from s4kv.backend import triton_ops
+
+    for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):
+        q, k, v, regions, md, out = mixed_inputs(args.context, dec, ch)
+        int4_case(args.context, dec, ch)  # reserves the workspaces for this shape, compiles
+        d = q.shape[2]
+        for _ in range(3):
+            triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(50):
+            triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+        print(f"--- cProfile, {dec} decodes + chunk {ch}, 50 calls (us = s * 20000 per call)")
+        print("\n".join(buf.getvalue().splitlines()[:top + 12]), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--decodes", default="32,31,31", help="decode rows per batch (one per --chunks entry)")
     ap.add_argument("--chunks", default="0,512,2048", help="the chunk row's queries per batch (0: none)")
+    ap.add_argument("--cprofile", type=int, default=0,
+                    help="also where the host time of int4_kivi's calls goes: cProfile's N costliest functions")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     rows = []
+    if args.cprofile:
+        _cprofile(args, args.cprofile)
     print(f"device {torch.cuda.get_device_name()}; one layer, Qwen2.5-7B shape, bf16, eager, context {args.context}")
     print(f"{'decodes':>7} {'chunk':>6} {'kv':>10} {'host us':>8} {'device us':>9} {'wall us':>8} {'launches':>8}")
     for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):

@@ -39,6 +39,28 @@ def _kernel_times(prof, cuda: bool) -> dict[str, float]:
     return out
 
 
+def _busy(prof, cuda: bool) -> dict:
+    """The GPU's busy time (the union of kernel intervals), its idle time between the first and the
+    last kernel, and how many idle gaps were over 1 ms (a host that cannot keep the GPU fed)."""
+    if not cuda:
+        return {"busy_us": None, "idle_us": None, "gaps_over_1ms": None}
+    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                   if ev.device_type.name == "CUDA" and ev.time_range.end > ev.time_range.start)
+    busy, gaps, end = 0.0, 0, None
+    idle = 0.0
+    for a, b in spans:
+        if end is None or a > end:
+            if end is not None:
+                idle += a - end
+                gaps += (a - end) > 1000
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return {"busy_us": busy, "idle_us": idle, "gaps_over_1ms": gaps}
+
+
 def profile_one(args) -> dict:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import random
@@ -50,7 +72,7 @@ def profile_one(args) -> dict:
     from s4kv.models import resolve
 
     model = resolve(args.model)
-    kw = {"model": model, "kv_cache_dtype": args.one, "enable_prefix_caching": True, "seed": 0,
+    kw = {"model": model, "kv_cache_dtype": args.one, "enable_prefix_caching": not args.bench_like, "seed": 0,
           "max_model_len": args.context + args.steps + 8, "max_num_seqs": max(64, args.batch)}
     if args.model.startswith("dummy:"):
         kw.update(load_format="dummy", skip_tokenizer_init=True)
@@ -76,7 +98,7 @@ def profile_one(args) -> dict:
     for name, n in (("short", 1), ("long", 1 + args.steps)):
         with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
             wall = gen(n)
-        windows[name] = {"wall_s": wall, "kernels_us": _kernel_times(prof, cuda)}
+        windows[name] = {"wall_s": wall, "kernels_us": _kernel_times(prof, cuda), **_busy(prof, cuda)}
     s, lg = windows["short"], windows["long"]
     per_step = {k: (lg["kernels_us"].get(k, 0.0) - s["kernels_us"].get(k, 0.0)) / args.steps
                 for k in set(lg["kernels_us"]) | set(s["kernels_us"])}
@@ -85,6 +107,9 @@ def profile_one(args) -> dict:
     return {"kv_cache_dtype": args.one, "model": args.model, "context": args.context, "batch": args.batch,
             "steps": args.steps, "step_wall_us": step_us, "kernels_us_per_step": per_step,
             "kernel_sum_us": sum(per_step.values()), "torch": torch.__version__,
+            "gpu_idle_us": (lg["idle_us"] - s["idle_us"]) / args.steps if cuda else None,
+            "windows": {k: {x: w[x] for x in ("wall_s", "busy_us", "idle_us", "gaps_over_1ms")} for k, w in windows.items()}
+            if cuda else None,
             "device": torch.cuda.get_device_name() if cuda else "cpu", "vllm": __import__("vllm").__version__}
 
 
@@ -96,6 +121,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--bench-like", action="store_true",
+                    help="prefix caching off, as `s4kv bench speed` runs: both windows prefill the prompts, "
+                         "so their difference holds the steps where decode rows share a step with a prefill")
     ap.add_argument("--json")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: profile this dtype in this process
     args = ap.parse_args(argv)
@@ -106,6 +134,7 @@ def main(argv=None) -> int:
     for kv in args.kv.split(","):
         cmd = [sys.executable, os.path.abspath(__file__), "--one", kv, "--model", args.model,
                "--context", str(args.context), "--batch", str(args.batch), "--steps", str(args.steps)]
+        cmd += ["--bench-like"] if args.bench_like else []
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -114,8 +143,9 @@ def main(argv=None) -> int:
             continue
         r = json.loads(lines[-1][len("RESULT "):])
         results.append(r)
-        print(f"\n{kv}: decode step {r['step_wall_us']:.0f} us wall, kernels {r['kernel_sum_us']:.0f} us "
-              f"({args.batch} x {args.context}, {time.perf_counter() - t:.0f} s)", flush=True)
+        print(f"\n{kv}: decode step {r['step_wall_us']:.0f} us wall, kernels {r['kernel_sum_us']:.0f} us, "
+              f"GPU idle {r['gpu_idle_us'] or 0:.0f} us ({args.batch} x {args.context}, "
+              f"{time.perf_counter() - t:.0f} s); windows {json.dumps(r['windows'])}", flush=True)
         for k, us in list(r["kernels_us_per_step"].items())[:args.top]:
             print(f"  {us:8.1f} us  {k[:110]}", flush=True)
     if args.json:

@@ -133,10 +133,13 @@ for s in "$@"; do
         --json "$OUT/kernels.json" ;;
     host-overhead)  # one layer's attention outside CUDA graphs (the steps with a prefill chunk): host time to
       # issue it against its device time, int4_kivi next to bf16's reshape_and_cache + FlashAttention
-      step host-overhead python3 tools/gpu/host_overhead.py --json "$OUT/host-overhead.json" ;;
-    profile-decode)  # an engine's decode step kernel by kernel (PROFILE_POINTS="8192x32 32768x8"), each dtype of KVS
+      # shellcheck disable=SC2086  # HOST_ARGS="--cprofile 30": also where the host time goes
+      step host-overhead python3 tools/gpu/host_overhead.py ${HOST_ARGS:-} --json "$OUT/host-overhead.json" ;;
+    profile-decode)  # an engine's decode step kernel by kernel (PROFILE_POINTS="8192x32 32704x8"), each dtype of KVS
+      # (PROFILE_ARGS="--bench-like --steps 128": prefix caching off, as `s4kv bench speed` runs)
       for pt in ${PROFILE_POINTS:-8192x32}; do
-        step "profile-decode-$pt" python3 tools/gpu/profile_decode.py --kv "$KVS" --context "${pt%x*}" \
+        # shellcheck disable=SC2086
+        step "profile-decode-$pt" python3 tools/gpu/profile_decode.py ${PROFILE_ARGS:-} --kv "$KVS" --context "${pt%x*}" \
           --batch "${pt#*x}" --json "$OUT/profile-decode-$pt.json"
       done ;;
     pdl)  # programmatic dependent launch against stream order on the decode points (a minute)
