@@ -109,6 +109,33 @@ def test_decode_completing_a_unit_and_single_token_request():
     check(e, e.step([("a", 1)]), tol)
 
 
+def test_decode_completing_a_unit_beside_a_chunk():
+    """Outside a decode graph the decode rows' store launches only when one of them completes its
+    unit (md.decode_stores): a's unit completes beside b's chunk, then a decodes on beside chunks."""
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
+
+    e = _engine(8, 2, 64, torch.bfloat16)
+    unit = fmt.UNIT
+    e.add("a", unit + 3)
+    e.add("b", 400)
+    tol = TOL[torch.bfloat16]
+    check(e, e.step([("a", unit - 1), ("b", 100)]), tol)
+    check(e, e.step([("a", 1), ("b", 100)]), tol)  # a's token unit - 1 completes unit 0
+    check(e, e.step([("a", 1), ("b", 100)]), tol)  # a reads unit 0 from its pages
+    check(e, e.step([("a", 1)]), tol)
+
+    def stores(seq_lens, qlens, uniform=False):
+        qsl = torch.tensor([0, *torch.tensor(qlens).cumsum(0).tolist()], dtype=torch.int32)
+        seq = torch.tensor(seq_lens, dtype=torch.int32)
+        md = S4KVMetadata(len(qlens), int(qsl[-1]), max(qlens), max(seq_lens), qsl, seq,
+                          torch.zeros(len(qlens), 8, dtype=torch.int32), qsl, seq)
+        return plan_launch(md, 2, num_sms=4, uniform_decode=uniform).decode_stores
+
+    assert stores([unit, 700], [1, 100]) == 1
+    assert stores([unit + 1, 2 * unit], [1, 100]) == 0  # only the chunk completes a unit
+    assert stores([unit + 1, 7], [1, 1], uniform=True) == 1  # a captured graph always launches it
+
+
 def test_prefix_hit_and_empty_rows():
     e = _engine(4, 2, 128, torch.float16)
     e.add("a", 300)

@@ -22,7 +22,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
     rows = quantize_rows(k, v)
     if store:
         # a decode row completes at most one unit; its first program stores both blocks
-        store_blocks(rows, regions, md, min(md.max_new_blocks, 1), q.dtype, rows_range=(0, md.num_decodes))
+        store_blocks(rows, regions, md, md.decode_stores, q.dtype, rows_range=(0, md.num_decodes))
     decode_attention(q, rows, regions, md, md.num_decodes, scale, out, md.decode_splits)
     chunk_attention(q, rows, regions, md, md.num_decodes, scale, out, store=store)
     if store:

@@ -29,6 +29,10 @@ class S4KVMetadata:
     # Launch shapes, from the host copies (constant for a captured decode graph).
     num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
     max_new_blocks: int = 0  # most blocks any row's completed units hold in this step
+    # 1 when the decode rows' block store must launch: some decode row may complete its unit (always
+    # in a captured decode graph; outside one, only when one does: a mixed step's launches are paid
+    # on the host, tools/gpu/host_overhead.py)
+    decode_stores: int = 0
     decode_splits: int = 1  # KV splits per decode row and kv head
     # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
     chunk_waves: tuple | None = None
@@ -45,12 +49,14 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
     n = md.num_reqs
     qlens = (md.query_start_loc_cpu[1:n + 1] - md.query_start_loc_cpu[:n])
     if uniform_decode:
-        md.num_decodes, md.max_new_blocks = n, 1
+        md.num_decodes, md.max_new_blocks, md.decode_stores = n, 1, 1
     else:
         not_decode = (qlens != 1).nonzero()
         md.num_decodes = int(not_decode[0]) if len(not_decode) else n
         seq = md.seq_lens_cpu[:n]
         ctx = seq - qlens
         md.max_new_blocks = int(((seq // fmt.UNIT - ctx // fmt.UNIT) * fmt.UNIT_BLOCKS).max()) if n else 0
+        # a decode row completes its unit when its new token is the unit's last
+        md.decode_stores = int(bool((seq[:md.num_decodes] % fmt.UNIT == 0).any()))
     md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
     return md

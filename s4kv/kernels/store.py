@@ -30,6 +30,13 @@ from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, 
 from s4kv.kernels.window import load_window_rows, window_constants, window_slots
 from s4kv.kernels.workspace import ReservedWorkspace
 
+# Launch options of the block store; launch_options("store", d) overrides them. Eight warps: with
+# four, each thread holds four [BS, D/2] fp32 tiles (keys and values, both halves) and the kernel
+# spilled 968 bytes at the 255-register limit (sm90, head_dim 128, Triton 3.6; tools/kernel_static.py),
+# with eight it spills none and runs 6,116 instead of 10,765 instructions per warp. The store's
+# time counts whenever a unit completes: a decode row's every 256th step, a chunk's every unit.
+STORE_DEFAULTS = {"num_warps": 8}
+
 
 class StepRows(ReservedWorkspace):
     """This step's window rows (codes [T, Hkv, D] uint8 for K and V, scales [T, Hkv, 2] fp16), one
@@ -265,7 +272,8 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
         BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, HALF=d // 2,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
-        WINDOW_PAGES=fmt.WINDOW_PAGES, **window_constants(d), **launch_options("store", d, kc.device),
+        WINDOW_PAGES=fmt.WINDOW_PAGES, **window_constants(d),
+        **{**STORE_DEFAULTS, **launch_options("store", d, kc.device)},
     )
 
 

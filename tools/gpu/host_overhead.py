@@ -195,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--decodes", default="32,31,31", help="decode rows per batch (one per --chunks entry)")
     ap.add_argument("--chunks", default="0,512,2048", help="the chunk row's queries per batch (0: none)")
+    ap.add_argument("--kv", default="int4_kivi,auto", help="int4_kivi and/or auto (bf16's FlashAttention)")
     ap.add_argument("--cprofile", type=int, default=0,
                     help="also where the host time of int4_kivi's calls goes: cProfile's N costliest functions")
     ap.add_argument("--json", default=None)
@@ -206,6 +207,8 @@ def main(argv=None) -> int:
     print(f"{'decodes':>7} {'chunk':>6} {'kv':>10} {'host us':>8} {'device us':>9} {'wall us':>8} {'launches':>8}")
     for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):
         for kv, fn in (("int4_kivi", int4_case), ("auto", bf16_case)):
+            if kv not in args.kv.split(","):
+                continue
             r = fn(args.context, dec, ch)
             if r is None:
                 continue

@@ -3,7 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-window pdl tune-stage smoke kernels variants profile profile-source diag-tail
-#                                                 host-overhead profile-decode
+#                                                 host-overhead profile-decode store-warps
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
 #                                                 bench-serve tp-check tp-bench)
@@ -135,6 +135,15 @@ for s in "$@"; do
       # issue it against its device time, int4_kivi next to bf16's reshape_and_cache + FlashAttention
       # shellcheck disable=SC2086  # HOST_ARGS="--cprofile 30": also where the host time goes
       step host-overhead python3 tools/gpu/host_overhead.py ${HOST_ARGS:-} --json "$OUT/host-overhead.json" ;;
+    store-warps)  # the block store at 4 warps (before 2026-12-04) and at its default, one after the other:
+      # decode rows that all complete a unit, each kernel's device time (tools/gpu/host_overhead.py)
+      echo '[{"kernel": "store", "head_size": 128, "options": {"num_warps": 4}}]' >/tmp/store-4warps.json
+      for pass in 1 2; do
+        S4KV_KERNEL_CONFIG=/tmp/store-4warps.json step "store-4warps-$pass" python3 tools/gpu/host_overhead.py \
+          --kv int4_kivi --decodes 32,64 --chunks 0,0 --json "$OUT/store-4warps-$pass.json"
+        step "store-default-$pass" python3 tools/gpu/host_overhead.py --kv int4_kivi --decodes 32,64 --chunks 0,0 \
+          --json "$OUT/store-default-$pass.json"
+      done ;;
     profile-decode)  # an engine's decode step kernel by kernel (PROFILE_POINTS="8192x32 32704x8"), each dtype of KVS
       # (PROFILE_ARGS="--bench-like --steps 128": prefix caching off, as `s4kv bench speed` runs)
       for pt in ${PROFILE_POINTS:-8192x32}; do
