@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Host time against device time of one layer's int4_kivi attention, outside CUDA graphs.
 
-    python3 tools/gpu/host_overhead.py [--context 8192] [--decodes 32,31] [--chunks 0,512,2048]
-                                       [--json OUT]
+    python3 tools/gpu/host_overhead.py [--context 8192] [--decodes 32,31,31] [--chunks 0,512,2048]
+                                       [--kv int4_kivi,auto] [--cprofile N] [--json OUT]
 
 vLLM captures int4_kivi in full CUDA graphs only for batches of single-token decodes
 (s4kv.backend.metadata); a step with a prefill chunk in it (chunked prefill, continuous batching)
@@ -16,6 +16,10 @@ whole layer: rows, store, decode, chunk, window append) eagerly:
   finds it;
 - device: the call's kernels' device time (PyTorch's profiler);
 - wall: calls back to back, synchronized at the end, per call.
+
+With a context that is a multiple of 256 (the default) every decode row's new token completes its
+unit, so each call also stores a unit per decode row: the block store's device time is in the
+records (a serving decode row does that one step in 256).
 
 A layer whose host time exceeds its device time leaves the GPU idle in eager steps. Next to it, the
 same for bf16 (`auto`): vLLM's reshape_and_cache_flash + FlashAttention on a 16-bit paged cache of

@@ -2,7 +2,7 @@
 """Where an engine's decode step spends its time, kernel by kernel, for each KV dtype.
 
     python3 tools/gpu/profile_decode.py [--kv auto,int4_kivi] [--context 8192] [--batch 32]
-                                        [--steps 32] [--model dummy:qwen2.5-7b] [--json OUT]
+                                        [--steps 32] [--model dummy:qwen2.5-7b] [--bench-like] [--json OUT]
 
 `s4kv bench speed` gives a decode step's wall time; s4kv.kernels.bench gives the attention
 kernels alone. This splits the rest: per dtype, in a process of its own (the GPU's memory is
@@ -11,7 +11,12 @@ that PyTorch's profiler sees the model runner's kernels), CUDA graphs on, prefix
 `batch` random prompts of `context` tokens. The prompts are prefilled once; then, under the
 profiler, generate(max_tokens=1) (the prefix-cache hit: a block of prefill) and
 generate(max_tokens=1 + steps). The difference of the two, over `steps`, is one decode step:
-wall time, each kernel's device time (by name), and the wall time no kernel accounts for.
+wall time, each kernel's device time (by name), and the GPU's idle time (between the union of the
+kernels' intervals).
+
+`--bench-like` turns prefix caching off, as `s4kv bench speed` runs: both windows then prefill
+every prompt, and their difference also holds the steps where the first requests decode while
+later prompts still prefill (what the speed bench's decode time counts).
 """
 
 from __future__ import annotations
@@ -46,8 +51,7 @@ def _busy(prof, cuda: bool) -> dict:
         return {"busy_us": None, "idle_us": None, "gaps_over_1ms": None}
     spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
                    if ev.device_type.name == "CUDA" and ev.time_range.end > ev.time_range.start)
-    busy, gaps, end = 0.0, 0, None
-    idle = 0.0
+    busy, idle, gaps, end = 0.0, 0.0, 0, None
     for a, b in spans:
         if end is None or a > end:
             if end is not None:
