@@ -213,3 +213,15 @@ def test_own8_reads_the_query_own_token_in_8_bits_too():
     v0_8 = fmt.unrotate(fmt.window_round_trip(v[:, :1]))[:, 0]
     assert torch.allclose(own8[0], v0_8.repeat_interleave(2, 0), atol=1e-5)
     assert not torch.allclose(own8[0], v0, atol=1e-6)
+
+
+def test_f64_runs_the_attention_in_float64_and_changes_only_its_rounding():
+    torch.manual_seed(0)
+    q = torch.randn(4, 300, 64).bfloat16()
+    k, v = torch.randn(2, 300, 64).bfloat16(), torch.randn(2, 300, 64).bfloat16()
+    shipped = format_sim.VARIANTS["first_value8+tail8own+unit2"]
+    o32 = format_sim.kivi_sdpa(q, k, v, 0.125, shipped)
+    o64 = format_sim.kivi_sdpa(q, k, v, 0.125, {**shipped, "f64": 1})
+    assert o32.dtype == torch.float32 and o64.dtype == torch.float64
+    assert torch.allclose(o64, o32.double(), atol=1e-5)
+    assert not torch.equal(o64.float(), o32)  # another arithmetic, not the same one relabelled

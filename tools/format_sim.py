@@ -56,6 +56,10 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               included; the query's own token stays exact, as the step's input
   own8        1 (with tail8): the query's own token in 8 bits too, so every position off the pages
               is 8-bit (what a chunk kernel can stage for FlashAttention without an exact diagonal)
+  f64         1: the attention in float64 from the dequantized values on (the CPU backend's
+              arithmetic, s4kv.backend.torch_ops), instead of float32; the reference stays float32
+  exact64     1: nothing quantized, exact attention in float64 (variant exact_f64): how far top-1
+              moves for a difference of rounding alone
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -81,9 +85,20 @@ from s4kv import format as fmt
 from s4kv.bench import metrics
 
 BS = fmt.BLOCK_SIZE
+# a position whose reference top two tokens are this close (log-probability, nats) is a near tie:
+# the top-1 miss counts say how many of a variant's misses fall on them
+NEAR_TIE = 0.1
 
 VARIANTS = {
     "bf16": None,  # exact attention (a second reference pass: the simulation's own noise floor)
+    # exact attention in another arithmetic: float64 instead of float32 (what the CPU backend's
+    # attention runs in), nothing quantized; how far the model's top-1 moves for a perturbation far
+    # below any cache's (a 16-bit cache computed in another order)
+    "exact_f64": {"exact64": 1},
+    # nothing quantized, through this simulation's own attention (rotated basis, 16-bit rows as the
+    # exact first keys are kept), in float32 and in float64
+    "exact_rot": {"kq": 0, "vq": 0},
+    "exact_rot+f64": {"kq": 0, "vq": 0, "f64": 1},
     "current": {},
     "no_first_key": {"first_key": 0},
     "first_value": {"first_value": 1},
@@ -132,6 +147,8 @@ VARIANTS = {
     "first_value8+recent256": {"first_value": 8, "recent": 256},
     # units of two blocks (0..255 positions off the pages, 8-bit): what a prefix hit can restart
     "first_value8+tail8own+unit2": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2},
+    # the shipped format with its attention in float64, as the CPU backend computes it
+    "first_value8+tail8own+unit2+f64": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "f64": 1},
     "first_value8+sinkkey+kmin64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kmin64": 1, "tail8": 1,
                                                    "own8": 1, "unit": 2},
     # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
@@ -359,12 +376,19 @@ def kivi_sdpa(q, k, v, scale, var):
     use_q = pos[None, :nb * BS] < boundary[:, None]  # [T, nbBS]
     if var.get("window"):
         use_q &= pos[None, :nb * BS] <= pos[:, None] - var["window"]
-    qf = q.float()
-    kf = k.float().repeat_interleave(g, 0)
-    vf = v.float().repeat_interleave(g, 0)
-    qr = fmt.rotate(qf)
-    kqr = kq.repeat_interleave(g, 0)
-    vqr = vq.repeat_interleave(g, 0)
+    # f64: attention in float64 from the dequantized values on, as the CPU backend computes it
+    # (s4kv.backend.torch_ops._attend); otherwise float32
+    ft = torch.float64 if var.get("f64") else torch.float32
+    rotate = (lambda x: (x.double() @ fmt.rotation_pm1(x.shape[-1], x.device, torch.float64))
+              / math.sqrt(x.shape[-1])) if var.get("f64") else fmt.rotate
+    unrotate = (lambda y: (y.double() @ fmt.rotation_pm1(y.shape[-1], y.device, torch.float64).T)
+                / math.sqrt(y.shape[-1])) if var.get("f64") else fmt.unrotate
+    qf = q.to(ft)
+    kf = k.to(ft).repeat_interleave(g, 0)
+    vf = v.to(ft).repeat_interleave(g, 0)
+    qr = rotate(qf)
+    kqr = kq.to(ft).repeat_interleave(g, 0)
+    vqr = vq.to(ft).repeat_interleave(g, 0)
     s_ex = torch.matmul(qf, kf.transpose(-1, -2))
     tail = ~torch.cat([use_q, torch.zeros(t, t - nb * BS, dtype=torch.bool)], 1)
     if not var.get("own8"):
@@ -377,7 +401,7 @@ def kivi_sdpa(q, k, v, scale, var):
     elif var.get("tail8"):
         kt = k8r
     if kt is not None:
-        s_ex = torch.where(tail, torch.matmul(qr, kt.repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
+        s_ex = torch.where(tail, torch.matmul(qr, kt.to(ft).repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
@@ -400,9 +424,9 @@ def kivi_sdpa(q, k, v, scale, var):
             vt[:, first] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
     if vt is not None:
         pt = torch.where(tail, pe, 0.0)
-        o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, vt.repeat_interleave(g, 0)))
+        o = torch.matmul(pe - pt, vf) + unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, vt.to(ft).repeat_interleave(g, 0)))
     else:
-        o = torch.matmul(pe, vf) + fmt.unrotate(torch.matmul(pq, vqr))
+        o = torch.matmul(pe, vf) + unrotate(torch.matmul(pq, vqr))
     return o.transpose(0, 1)
 
 
@@ -442,6 +466,12 @@ def main(argv=None) -> int:
             o = torch.nn.functional.scaled_dot_product_attention(
                 query.float(), kk.float(), vv.float(), is_causal=True, scale=scale)
             return o.transpose(1, 2).to(query.dtype), None
+        if var.get("exact64"):
+            hq, hkv = query.shape[1], key.shape[1]
+            o = torch.nn.functional.scaled_dot_product_attention(
+                query.double(), key.repeat_interleave(hq // hkv, 1).double(),
+                value.repeat_interleave(hq // hkv, 1).double(), is_causal=True, scale=scale)
+            return o.transpose(1, 2).to(query.dtype), None
         o = kivi_sdpa(query[0], key[0], value[0], scale, var)
         return o[None].to(query.dtype), None
 
@@ -457,7 +487,7 @@ def main(argv=None) -> int:
         def score(model=model):
             # windows are concatenated per position; a window's 2047 positions are 15 whole
             # 128-position segments and a tail, so batch means mostly stay inside one window
-            lps, tops = [], []
+            lps, tops, margins = [], [], []
             for x in xs:
                 with torch.no_grad():
                     logits = model(x).logits[0, :-1].float()
@@ -465,21 +495,29 @@ def main(argv=None) -> int:
                 tgt = x[0, 1:]
                 lps += lp.gather(-1, tgt[:, None])[:, 0].tolist()
                 tops += lp.argmax(-1).tolist()
-            return lps, tops
+                top2 = lp.topk(2, dim=-1).values
+                margins += (top2[:, 0] - top2[:, 1]).tolist()
+            return lps, tops, margins
 
         current["var"] = None
-        ref_lp, ref_top = score()
+        ref_lp, ref_top, ref_margin = score()
+        close = [m < NEAR_TIE for m in ref_margin]
+        print(f"<!-- reference: {sum(close)} of {len(close)} positions ({sum(close) / len(close):.1%}) have their "
+              f"top two tokens within {NEAR_TIE} nats -->")
         scored = {}
         for name in names:
             var = VARIANTS[name]
             t0 = time.time()
             current["var"] = var
-            lp, top = score()
+            lp, top, _ = score()
             d, dse = metrics.ppl_delta_with_error(lp, ref_lp)
             a, ase = metrics.top1_agreement_with_error(top, ref_top)
-            bpt = "-" if var is None else f"{bytes_per_token(var):g}"
+            exact = var is None or var.get("exact64") or (var.get("kq", 1) == 0 and var.get("vq", 1) == 0)
+            bpt = "-" if exact else f"{bytes_per_token(var):g}"
+            miss = [c for t, r, c in zip(top, ref_top, close) if t != r]
             print(f"| {dt} | {name} | {bpt} | {d:+.3f}% | {dse:.3f}% | {a:.4f} | {ase:.4f} |"
-                  f"  <!-- {time.time() - t0:.0f} s -->", flush=True)
+                  f"  <!-- {time.time() - t0:.0f} s; {len(miss)} top-1 misses, {sum(miss)} of them where the "
+                  f"reference's top two are within {NEAR_TIE} nats -->", flush=True)
             scored[name] = (lp, top)
         if args.against in scored:
             base_lp, base_top = scored[args.against]
