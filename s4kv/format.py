@@ -301,18 +301,18 @@ def rotation(head_size: int, device=None, dtype=torch.float32) -> torch.Tensor:
     return (rotation_pm1(head_size) / math.sqrt(head_size)).to(device=device, dtype=dtype)
 
 
-def rotate(x: torch.Tensor) -> torch.Tensor:
-    """x [..., D] -> x @ R in fp32 (the +-1 product accumulated in float64, scaled, rounded to fp32
-    once: a token's rotated row does not depend on the batch it is computed in, whose shape picks
-    how a fp32 matmul orders its sums)."""
+def rotate(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [..., D] -> x @ R in `dtype` (the +-1 product accumulated in float64, scaled, rounded to
+    fp32 once by default: a token's rotated row does not depend on the batch it is computed in,
+    whose shape picks how a fp32 matmul orders its sums)."""
     d = x.shape[-1]
-    return ((x.double() @ rotation_pm1(d, x.device, torch.float64)) * (1.0 / math.sqrt(d))).float()
+    return ((x.double() @ rotation_pm1(d, x.device, torch.float64)) * (1.0 / math.sqrt(d))).to(dtype)
 
 
-def unrotate(y: torch.Tensor) -> torch.Tensor:
-    """y [..., D] (rotated basis, fp32) -> y @ R.T."""
+def unrotate(y: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """y [..., D] (rotated basis) -> y @ R.T, computed in `dtype`."""
     d = y.shape[-1]
-    return (y.float() @ rotation_pm1(d, y.device).T) * (1.0 / math.sqrt(d))
+    return (y.to(dtype) @ rotation_pm1(d, y.device, dtype).T) * (1.0 / math.sqrt(d))
 
 
 # ---------------------------------------------------------------------------------------------

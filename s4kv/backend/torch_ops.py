@@ -17,7 +17,6 @@ longer queries (prefill chunks) one by one, vectorized over tokens and heads.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -43,22 +42,19 @@ def _attend(q: torch.Tensor, segments: list[Segment], scale: float) -> torch.Ten
     and amplified by int4 quantization of later tokens, changed greedy tokens with the batch
     composition (chunking, preemption, prefix hits) where a 16-bit cache gives identical tokens.
     In float64 the noise stays far below the model dtype's rounding."""
-    qf = q.double()
-    d = q.shape[-1]
-    pm1 = fmt.rotation_pm1(d, q.device, torch.float64)  # R * sqrt(D), entries +-1
-    q_rot = (qf @ pm1) * (1.0 / math.sqrt(d))
+    q_rot = fmt.rotate(q, torch.float64)
     scores = []
     for seg in segments:
         s = torch.matmul(q_rot, seg.keys.double().transpose(-1, -2)) * scale
         scores.append(s.masked_fill(~seg.mask.unsqueeze(-3), float("-inf")))
     p = torch.softmax(torch.cat(scores, dim=-1), dim=-1)
-    out_rot = torch.zeros_like(qf)
+    out_rot = torch.zeros_like(q_rot)
     start = 0
     for seg in segments:
         n = seg.keys.shape[-2]
         out_rot = out_rot + torch.matmul(p[..., start:start + n], seg.values.double())
         start += n
-    return (out_rot @ pm1.T) * (1.0 / math.sqrt(d))
+    return fmt.unrotate(out_rot, torch.float64)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Tensor,
