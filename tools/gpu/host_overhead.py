@@ -101,31 +101,36 @@ def time_call(fn, calls: int = 10, rounds: int = 5) -> dict:
             "device_us": sum(kernels.values()), "launches": len(kernels), "kernels_us": kernels}
 
 
-def int4_case(context: int, decodes: int, chunk: int) -> dict:
+def int4_layer(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128):
+    """One eager int4_kivi layer call on mixed_inputs (the workspaces reserved for the batch), and
+    the batch's metadata. The call writes the pages and windows (store=True): every call sees the
+    same batch again, which is what a layer after the first sees (same metadata, its own cache)."""
     from s4kv.backend import triton_ops
     from s4kv.kernels.chunk import ChunkWorkspace
     from s4kv.kernels.decode import DecodeWorkspace
     from s4kv.kernels.store import StepRows
 
-    q, k, v, regions, md, out = mixed_inputs(context, decodes, chunk)
-    hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
+    q, k, v, regions, md, out = mixed_inputs(context, decodes, chunk, hkv=hkv, d=d)
     dev = q.device
-    DecodeWorkspace.reserve(max(decodes, 1), hq, d, hkv, num_sms(dev), dev)
+    DecodeWorkspace.reserve(max(decodes, 1), q.shape[1], d, hkv, num_sms(dev), dev)
     StepRows.reserve(max(q.shape[0], 1), hkv, d, dev)
     if chunk:
         from s4kv.kernels.chunk_plan import scratch_pages
 
         ChunkWorkspace.reserve(scratch_pages(context + chunk, chunk), hkv, d, dev)
-    # store=True writes the pages and windows: every call sees the same batch again, which is what
-    # a layer after the first sees (same metadata, its own cache)
-    r = time_call(lambda: triton_ops.forward(q, k, v, regions, md, d ** -0.5, out))
-    if chunk:  # the step's chunk plan, made once per step by its first layer (kept above)
+    return (lambda: triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)), md
+
+
+def int4_case(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128) -> dict:
+    layer, md = int4_layer(context, decodes, chunk, hkv, d)
+    r = time_call(layer)
+    if chunk:  # the step's chunk plan, made once per step by its first layer (kept by time_call's calls)
         from s4kv.kernels.chunk import step_waves
 
         t0 = time.perf_counter()
         for _ in range(20):
             md.chunk_waves = None
-            step_waves(md, md.num_decodes, hkv, d, dev)
+            step_waves(md, md.num_decodes, hkv, d, torch.device("cuda"))
         r["plan_us"] = (time.perf_counter() - t0) / 20 * 1e6
     return r
 
@@ -173,19 +178,15 @@ def _cprofile(args, top: int) -> None:
     import io
     import pstats
 
-    from s4kv.backend import triton_ops
-
     for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):
-        q, k, v, regions, md, out = mixed_inputs(args.context, dec, ch)
-        int4_case(args.context, dec, ch)  # reserves the workspaces for this shape, compiles
-        d = q.shape[2]
-        for _ in range(3):
-            triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)
+        layer, _ = int4_layer(args.context, dec, ch)
+        for _ in range(3):  # compiles, and plans the step's chunks once
+            layer()
         torch.cuda.synchronize()
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(50):
-            triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)
+            layer()
         prof.disable()
         torch.cuda.synchronize()
         buf = io.StringIO()
