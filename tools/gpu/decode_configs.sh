@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Decode kernel launch configurations (S4KV_KERNEL_CONFIG entries) timed one after the other in one
+# call, each first checked against the PyTorch reference on the bench's inputs; no vLLM needed:
+#   CONFIGS="name=JSON name=JSON ..." PASSES=2 POINTS="8192,32768,1024 32,8,64" bash tools/gpu/decode_configs.sh
+# JSON: an S4KV_KERNEL_CONFIG list ([] = the shipped defaults). The device tool returns few files,
+# so the logs and JSON records go into one archive, $OUT/decode-configs.tgz; the table is printed.
+set -u
+OUT=${OUT:-/tmp/out}
+work=$(mktemp -d)
+read -r CTX BATCH <<<"${POINTS:-8192,32768,1024 32,8,64}"
+nvidia-smi -L
+for spec in $CONFIGS; do
+  name=${spec%%=*}
+  echo "${spec#*=}" >"$work/$name.config.json"
+  S4KV_KERNEL_CONFIG=$work/$name.config.json python3 -m pytest -q -x -p no:cacheprovider tests/test_kernels.py \
+    -k decode_bench_inputs >"$work/$name-check.log" 2>&1
+  echo "$name check: $(tail -1 "$work/$name-check.log")"
+done
+for pass in $(seq 1 "${PASSES:-2}"); do
+  for spec in $CONFIGS; do
+    name=${spec%%=*}
+    S4KV_KERNEL_CONFIG=$work/$name.config.json python3 -m s4kv.kernels.bench --contexts "$CTX" --batches "$BATCH" \
+      --breakdown --json "$work/$name-$pass.json" >"$work/$name-$pass.log" 2>&1
+    echo "== $name pass $pass"; grep -v "^device\|flash-attn\|Warning\|_warn_once" "$work/$name-$pass.log" | grep -v "^ *context"
+  done
+done
+mkdir -p "$OUT" && tar -czf "$OUT/decode-configs.tgz" -C "$work" .
