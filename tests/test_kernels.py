@@ -485,8 +485,9 @@ def test_startup_self_check_passes_and_refuses_a_wrong_kernel(monkeypatch):
     selfcheck.check_kernels(8, 2, 64, torch.float16, torch.device(DEVICE))
     real = triton_ops.decode_attention
 
-    def off_by_a_bit(q, rows, regions, md, num_decodes, sm_scale, out, splits):
-        real(q, rows, regions, md, num_decodes, sm_scale * 1.25, out, splits)
+    def off_by_a_bit(q, rows, regions, md, num_decodes, sm_scale, out, splits, **kw):
+        real(q, rows, regions, md, num_decodes, sm_scale, out, splits, **kw)
+        out[:num_decodes] *= 1.25
 
     monkeypatch.setattr(triton_ops, "decode_attention", off_by_a_bit)
     with pytest.raises(selfcheck.KernelSelfCheckError, match="decode attention of positions 293..293"):
@@ -505,7 +506,8 @@ def test_batch_dependent_launch_arguments_are_not_compile_time():
     # the split count (decode), the first row of a per-wave launch (store) and a wave's job list, a
     # view at the wave's offset in one upload buffer whose alignment Triton would specialize (stage)
     for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "parts"),
-                        (store._store_blocks_kernel, "row0"), (chunk._stage_kernel, "jobs_ptr")):
+                        (store._store_blocks_kernel, "row0"), (store._append_window_kernel, "row0"),
+                        (store._quantize_rows_kernel, "n_decodes"), (chunk._stage_kernel, "jobs_ptr")):
         fn = kernel.fn
         while hasattr(fn, "fn"):  # the interpreter wraps the JIT function
             fn = fn.fn

@@ -268,13 +268,20 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
 
 
 def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
-    """Compile the kernel that quantizes a step's tokens into 8-bit window rows (no loop)."""
+    """Compile the kernel that quantizes a step's tokens into 8-bit window rows, as the backend
+    launches it (with the decode rows' queries and window rows; no loop)."""
     from s4kv.kernels import store
+    from s4kv.kernels.batch import plan_launch
 
-    _, hkv, d = SHAPES[shape]
-    k = torch.zeros(64, hkv, d, dtype=DTYPES[dtype])
+    hq, hkv, d = SHAPES[shape]
+    dt = DTYPES[dtype]
+    rows = 8
+    md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
+    q = torch.zeros(rows, hq, d, dtype=dt)
+    k = torch.zeros(rows, hkv, d, dtype=dt)
+    decodes = (q, _cache_tensors(rows, hkv, d, dt), md, d ** -0.5)
     kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
-                           lambda: store.quantize_rows(k, k.clone()))
+                           lambda: store.quantize_rows(k, k.clone(), decodes=decodes))
     return _facts(cc, shape, dtype, opts, kern, collections.Counter())
 
 

@@ -7,7 +7,10 @@ For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7
 28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
 reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
 unit, the window's 8-bit rows, queries) over the time, next to a device-to-device copy measured in
-the same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
+the same run (the bandwidth ceiling). "step us": the layer's whole decode step as the backend runs
+it (the step's row kernel, which also rotates the queries and writes the window rows, then pages
+and reduction); "unfused": the same with the query rotation and the window append as launches of
+their own (as before 2026-12-04, fourth session) and bf16 FlashAttention decode on the same shape when vLLM's
 flash-attn is importable. Every row's window holds the context's last context % 256 tokens
 (serving's rows have 0..255; 32768 has none but its own token, 32704 has 192). With --breakdown, also each kernel's own
 device time (the profiler's, over eager calls) and what the graph replay spends beside them. With --prefill-contexts, also chunk (prefill) attention: one chunk of
@@ -131,18 +134,29 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
     FlashAttention on the same shape, when vLLM's is importable."""
     from s4kv.kernels.decode import decode_attention
-    from s4kv.kernels.store import quantize_rows
+    from s4kv.kernels.store import append_window, quantize_rows
 
     bs = fmt.BLOCK_SIZE
     lay = fmt.PageLayout(d)
     q, k, v, regions, md = decode_inputs(context, batch, hq, hkv, d, dtype)
     out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
+    scale = d ** -0.5
     # this step's rows, quantized once per layer outside the attention call (as reshape_and_cache
     # is outside a 16-bit cache's)
     rows = quantize_rows(k, v)
 
     def run():
-        decode_attention(q, rows, regions, md, batch, d ** -0.5, out, md.decode_splits)
+        decode_attention(q, rows, regions, md, batch, scale, out, md.decode_splits)
+
+    def step():  # the layer's decode step as s4kv.backend.triton_ops runs it (no unit completes)
+        r = quantize_rows(k, v, decodes=(q, regions, md, scale))
+        decode_attention(q, r, regions, md, batch, scale, out, md.decode_splits, queries_rotated=True)
+        append_window(r, regions, md, first_row=md.num_decodes)  # nothing left: no launch
+
+    def step_unfused():  # the same before 2026-12-04 (fourth session): rotation and window append apart
+        r = quantize_rows(k, v)
+        decode_attention(q, r, regions, md, batch, scale, out, md.decode_splits)
+        append_window(r, regions, md)
 
     ms = _graph_time(run)
     if output is not None:
@@ -151,9 +165,11 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     window = context - pages * bs  # window rows, the token's own included
     read = batch * hkv * (pages * lay.region_bytes + window * (2 * d + 4)) + q.numel() * q.element_size()
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
-               "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3)}
+           "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3),
+           "step_ms": _graph_time(step), "step_unfused_ms": _graph_time(step_unfused)}
     if breakdown:
         row["kernels_ms"] = kernel_breakdown(run)
+        row["step_kernels_ms"] = kernel_breakdown(step)
     fa = _flash_ms(batch, 1, context, hq, hkv, d, dtype, graph=True) if flash else None
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
@@ -278,7 +294,8 @@ def main(argv=None) -> int:
     copy = copy_bandwidth()
     rows = []
     print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
-    print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11}")
+    print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11} "
+          f"{'step us':>8} {'unfused':>8}")
     for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
         r = bench_case(ctx, b, breakdown=args.breakdown)
         r["copy_bandwidth"] = copy
@@ -286,11 +303,12 @@ def main(argv=None) -> int:
         rows.append(r)
         fa = f"{r['flash_attn_bf16_ms'] * 1e3:11.1f}" if "flash_attn_bf16_ms" in r else f"{'n/a':>11}"
         print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
-              f"{r['fraction_of_copy']:8.1%} {fa}", flush=True)
+              f"{r['fraction_of_copy']:8.1%} {fa} {r['step_ms'] * 1e3:8.1f} {r['step_unfused_ms'] * 1e3:8.1f}",
+              flush=True)
         if args.breakdown:
-            parts = r["kernels_ms"]
-            print("         " + "; ".join(f"{name} {t * 1e3:.1f} us" for name, t in parts.items())
-                  + f"; beside them in the graph {(r['ms'] - sum(parts.values())) * 1e3:.1f} us", flush=True)
+            for total, parts in ((r["ms"], r["kernels_ms"]), (r["step_ms"], r["step_kernels_ms"])):
+                print("         " + "; ".join(f"{name} {t * 1e3:.1f} us" for name, t in parts.items())
+                      + f"; beside them in the graph {(total - sum(parts.values())) * 1e3:.1f} us", flush=True)
     if args.prefill_contexts:
         print(f"{'context':>8} {'chunk':>6} {'us':>9} {'stage us':>9} {'plan us':>8} {'TFLOP/s':>8} "
               f"{'FA bf16 us':>11} {'FA / ours':>9}")

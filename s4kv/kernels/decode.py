@@ -41,29 +41,37 @@ CODE_BIAS = {torch.bfloat16: _CODE_BIAS["bf16"], torch.float16: _CODE_BIAS["fp16
 
 
 @triton.jit
+def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale, row, h, hkv,
+                     GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
+                     INV_SQRT_D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """qr[row, hq] = q[row, hq] @ R * scale in fp32 for the query heads hq of kv head h: the decode
+    queries as the pages meet them (model-dtype operands times the +-1 matrix: exact products,
+    fp32 sums). Nothing for a row that is not a decode row (padding). Run by _rotate_queries_kernel,
+    or by the step's row kernel (s4kv.kernels.store.quantize_rows), which saves the launch."""
+    q_start = tl.load(qsl_ptr + row)
+    if tl.load(qsl_ptr + row + 1) - q_start == 1:
+        g = tl.arange(0, G_PAD)
+        c = tl.arange(0, HALF)
+        g_ok = g < GROUP
+        hq = h * GROUP + g
+        qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
+        x_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
+        x_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+        y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
+        out = qr_ptr + (row * GROUP * hkv + hq[:, None]) * (2 * HALF)
+        tl.store(out + c[None, :], y_lo * scale, mask=g_ok[:, None])
+        tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
+
+
+@triton.jit
 def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale,
                            GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
                            INV_SQRT_D: tl.constexpr, DOT_DTYPE: tl.constexpr, PDL: tl.constexpr):
-    """qr[row, hq] = q[row, hq] @ R * scale in fp32: the decode queries as the pages meet them
-    (model-dtype operands times the +-1 matrix: exact products, fp32 sums)."""
+    """rotate_query_row for every (decode row, kv head)."""
     if PDL:  # the page kernel may be launched now; its page programs wait for qr (gdc_wait)
         gdc_launch_dependents()
-    row = tl.program_id(0)
-    h = tl.program_id(1)
-    q_start = tl.load(qsl_ptr + row)
-    if tl.load(qsl_ptr + row + 1) - q_start != 1:  # not a decode row (padding)
-        return
-    g = tl.arange(0, G_PAD)
-    c = tl.arange(0, HALF)
-    g_ok = g < GROUP
-    hq = h * GROUP + g
-    qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
-    x_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
-    x_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-    y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
-    out = qr_ptr + (row * GROUP * tl.num_programs(1) + hq[:, None]) * (2 * HALF)
-    tl.store(out + c[None, :], y_lo * scale, mask=g_ok[:, None])
-    tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
+    rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale, tl.program_id(0),
+                     tl.program_id(1), tl.num_programs(1), GROUP, G_PAD, HALF, INV_SQRT_D, DOT_DTYPE)
 
 
 @triton.jit
@@ -486,13 +494,22 @@ def programmatic_launch(device) -> bool:
     return not interpreted() and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def rotated_queries(q: torch.Tensor, md) -> torch.Tensor:
+    """The buffer the page kernel reads the decode rows' rotated queries from (md.num_decodes rows,
+    [rows, Hq, D] fp32), for a kernel that rotates them before decode_attention runs."""
+    d = q.shape[2]
+    return DecodeWorkspace.get(max(md.num_decodes, 1), q.shape[1], md.decode_splits + window_splits(), d,
+                               q.device)[2]
+
+
 def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
-                     out: torch.Tensor, splits: int) -> None:
+                     out: torch.Tensor, splits: int, queries_rotated: bool = False) -> None:
     """out[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
 
     q [T, Hq, D] (model dtype); rows: this step's window rows (s4kv.kernels.store.quantize_rows);
     out [T, Hq, D] (any float dtype). Three launches: rotate the queries, pages and windows
-    (split-KV), reduce.
+    (split-KV), reduce; two when `queries_rotated` (the step's row kernel rotated them into
+    rotated_queries(q, md): quantize_rows(decodes=...), which saves a launch per layer and step).
     """
     if num_decodes == 0:
         return
@@ -508,10 +525,11 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
-    _rotate_queries_kernel[(num_decodes, hkv)](
-        q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
-        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
-    )
+    if not queries_rotated:
+        _rotate_queries_kernel[(num_decodes, hkv)](
+            q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
+            GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
+        )
     _decode_kernel[(num_decodes, hkv * head_chunks, splits + ws)](
         qr,
         kc, vc, sc,

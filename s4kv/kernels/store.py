@@ -26,6 +26,7 @@ import triton.language as tl
 
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_constants, window_slots
 from s4kv.kernels.workspace import ReservedWorkspace
@@ -69,46 +70,99 @@ def _row_codes(x_lo, x_hi):
     return c_lo, c_hi, s
 
 
-@triton.jit
+# n_tiles and n_decodes follow the batch: not specialized (a new value would compile the kernel again mid-serving)
+@triton.jit(do_not_specialize=["n_tiles", "n_decodes"])
 def _quantize_rows_kernel(
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh, n_tokens,
     kc_ptr, vc_ptr, sc_ptr,  # StepRows: [T, Hkv, D] uint8 x 2, [T, Hkv, 2] fp16
-    rot_ptr, HKV: tl.constexpr, TILE: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
-    INV_SQRT_D: tl.constexpr,
+    rot_ptr,
+    # the decode rows (DECODES): their queries rotated (s4kv.kernels.decode.rotate_query_row) and
+    # their rows written into their windows, in the same launch
+    n_tiles, n_decodes, q_ptr, stride_qt, stride_qh, qr_ptr, q_scale,
+    cache_ptr, stride_cb, stride_ch, qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
+    HKV: tl.constexpr, TILE: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
+    INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
+    BS: tl.constexpr, UNIT: tl.constexpr, SLOTS: tl.constexpr, W_V_CODES: tl.constexpr,
+    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
 ):
-    t = tl.program_id(0) * TILE + tl.arange(0, TILE)
+    """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
+    programs (n_tiles + r, kv head, 0) rotate decode row r's queries."""
+    tile = tl.program_id(0)
     h = tl.program_id(1)
+    which = tl.program_id(2)
+    if DECODES and tile >= n_tiles:
+        if which == 0:
+            rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, q_scale, tile - n_tiles,
+                             h, HKV, GROUP, G_PAD, HALF, INV_SQRT_D, OP_DTYPE)
+        return
+    t = tile * TILE + tl.arange(0, TILE)
     ok = t < n_tokens
     c = tl.arange(0, HALF)
     t64 = t.to(tl.int64)
     row = (t64 * HKV + h)
     m = ok[:, None]
-    for which in tl.static_range(2):  # keys, then values
-        if which == 0:
-            src = k_ptr + t64[:, None] * stride_kt + h * stride_kh
-            dst = kc_ptr
-        else:
-            src = v_ptr + t64[:, None] * stride_vt + h * stride_vh
-            dst = vc_ptr
-        x_lo = tl.load(src + c[None, :], mask=m, other=0.0)
-        x_hi = tl.load(src + HALF + c[None, :], mask=m, other=0.0)
-        x_lo, x_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
-        c_lo, c_hi, s = _row_codes(x_lo, x_hi)
-        tl.store(dst + row[:, None] * (2 * HALF) + c[None, :], c_lo, mask=m)
-        tl.store(dst + row[:, None] * (2 * HALF) + HALF + c[None, :], c_hi, mask=m)
-        tl.store(sc_ptr + row * 2 + which, s.to(tl.float16), mask=ok)
+    if which == 0:
+        src = k_ptr + t64[:, None] * stride_kt + h * stride_kh
+        dst = kc_ptr
+    else:
+        src = v_ptr + t64[:, None] * stride_vt + h * stride_vh
+        dst = vc_ptr
+    x_lo = tl.load(src + c[None, :], mask=m, other=0.0)
+    x_hi = tl.load(src + HALF + c[None, :], mask=m, other=0.0)
+    x_lo, x_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
+    c_lo, c_hi, s = _row_codes(x_lo, x_hi)
+    tl.store(dst + row[:, None] * (2 * HALF) + c[None, :], c_lo, mask=m)
+    tl.store(dst + row[:, None] * (2 * HALF) + HALF + c[None, :], c_hi, mask=m)
+    tl.store(sc_ptr + row * 2 + which, s.to(tl.float16), mask=ok)
+    if DECODES:
+        # Decode rows come first, token t being row t's only token. Its row goes into its window now,
+        # not after attention (append_window): it lands in the slot after the window rows attention
+        # reads, in pages no other request reads. A token that completes its unit has no window
+        # slot: the block store writes its unit into pages from these scratch rows.
+        dec = ok & (t < n_decodes)
+        dec = dec & (tl.load(qsl_ptr + t, mask=dec, other=-1) == t)
+        dec = dec & (tl.load(qsl_ptr + t + 1, mask=dec, other=-1) == t + 1)
+        seq = tl.load(seq_lens_ptr + t, mask=dec, other=0)
+        dec = dec & (seq % UNIT != 0)
+        base, slot = window_slots(cache_ptr, block_table_ptr + t64 * stride_bt, seq // UNIT * (UNIT // BS),
+                                  (seq - 1) % UNIT, h * stride_ch, stride_cb, dec, SLOTS)
+        codes = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :] + which * W_V_CODES
+        tl.store(codes, c_lo, mask=dec[:, None])
+        tl.store(codes + HALF, c_hi, mask=dec[:, None])
+        scale_at = tl.where(which == 0, W_K_SCALE, W_V_SCALE)
+        tl.store((base + scale_at).to(tl.pointer_type(tl.float16)) + slot, s.to(tl.float16), mask=dec)
 
 
-def quantize_rows(k, v, tile: int = 16):
+def quantize_rows(k, v, tile: int = 16, decodes=None):
     """This step's window rows: k, v [T, Hkv, D] (model dtype) -> StepRows buffers (codes K, codes V,
-    scales), filled for the T tokens."""
+    scales), filled for the T tokens.
+
+    decodes: (q, regions, md, sm_scale), or None. Then the same launch also does two things for the
+    decode rows (md.num_decodes, first): writes their rows into their windows, so append_window
+    starts after them (first_row=md.num_decodes), and rotates their queries for the page kernel
+    (s4kv.kernels.decode.rotated_queries, decode_attention(queries_rotated=True)).
+    """
     t, hkv, d = k.shape
     kc, vc, sc = StepRows.get(t, hkv, d, k.device)
-    if t:
-        _quantize_rows_kernel[(triton.cdiv(t, tile), hkv)](
+    n_tiles = triton.cdiv(t, tile)
+    if decodes is None:
+        n_dec, group = 0, 1
+        q_args = (k, 0, 0, sc, 1.0, kc, 0, 0, sc, sc, sc, 0)  # unused pointers and strides
+    else:
+        q, regions, md, sm_scale = decodes
+        n_dec = md.num_decodes
+        group = q.shape[1] // hkv
+        q_args = (q, q.stride(0), q.stride(1), rotated_queries(q, md), sm_scale * LOG2E,
+                  regions, regions.stride(0), regions.stride(1), md.query_start_loc, md.seq_lens,
+                  md.block_table, md.block_table.stride(0))
+    if t or n_dec:
+        _quantize_rows_kernel[(n_tiles + n_dec, hkv, 2)](
             k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1), t, kc, vc, sc,
-            rotation_operand(d, k.dtype, k.device), HKV=hkv, TILE=tile, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype),
-            INV_SQRT_D=1.0 / math.sqrt(d), **launch_options("rows", d, k.device))
+            rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
+            HKV=hkv, TILE=tile, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype),
+            INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
+            G_PAD=max(16, triton.next_power_of_2(group)), BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT,
+            **window_constants(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
@@ -215,15 +269,16 @@ def _store_blocks_kernel(
         tl.debug_barrier()
 
 
-@triton.jit
+# row0 follows the batch (the decode rows before it): not specialized, like the block store's
+@triton.jit(do_not_specialize=["row0"])
 def _append_window_kernel(
     kc_ptr, vc_ptr, sc_ptr,
     cache_ptr, stride_cb, stride_ch,
-    qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
+    qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt, row0,
     BS: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
     SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
 ):
-    row = tl.program_id(0)
+    row = row0 + tl.program_id(0)
     h = tl.program_id(1)
     tile = tl.program_id(2)
     q_start = tl.load(qsl_ptr + row)
@@ -277,15 +332,16 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
     )
 
 
-def append_window(rows, regions, md, tile: int = 16) -> None:
-    """Write this step's rows of each row's incomplete unit into its window."""
-    num_reqs = md.num_reqs
-    if num_reqs == 0:
+def append_window(rows, regions, md, tile: int = 16, first_row: int = 0) -> None:
+    """Write this step's rows of each row's incomplete unit into its window, for the batch rows from
+    `first_row` on (the decode rows before it had theirs written by quantize_rows(decodes=...))."""
+    num_rows = md.num_reqs - first_row
+    if num_rows <= 0:
         return
     kc, vc, sc = rows
     hkv, d = kc.shape[1], kc.shape[2]
-    _append_window_kernel[(num_reqs, hkv, fmt.UNIT // tile)](
+    _append_window_kernel[(num_rows, hkv, fmt.UNIT // tile)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
-        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
+        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), first_row,
         BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, D=d, TILE=tile, **window_constants(d),
     )

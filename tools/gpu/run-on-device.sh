@@ -151,6 +151,18 @@ for s in "$@"; do
         step "profile-decode-$pt" python3 tools/gpu/profile_decode.py ${PROFILE_ARGS:-} --kv "$KVS" --context "${pt%x*}" \
           --batch "${pt#*x}" --json "$OUT/profile-decode-$pt.json"
       done ;;
+    profile-decode-baseline)  # the same with another s4kv tree (BASELINE=DIR holding s4kv/, e.g. `git archive
+      # COMMIT s4kv`) for int4_kivi only (BASELINE_KVS), to set a kernel change against the tree before it
+      if [ -z "${BASELINE:-}" ] || [ ! -d "${BASELINE}/s4kv" ]; then
+        echo "profile-decode-baseline needs BASELINE=DIR with DIR/s4kv"; status=1; continue
+      fi
+      base=$(cd "$BASELINE" && pwd)
+      for pt in ${PROFILE_POINTS:-8192x32}; do
+        # shellcheck disable=SC2086
+        step "profile-decode-baseline-$pt" env PYTHONPATH="$base:$PYTHONPATH" python3 tools/gpu/profile_decode.py \
+          ${PROFILE_ARGS:-} --kv "${BASELINE_KVS:-int4_kivi}" --context "${pt%x*}" --batch "${pt#*x}" \
+          --json "$OUT/profile-decode-baseline-$pt.json"
+      done ;;
     pdl)  # programmatic dependent launch against stream order on the decode points (a minute)
       step pdl python3 tools/gpu/tune_kernels.py pdl --json "$OUT/pdl.json" ;;
     tune-stage)  # chunk attention's stage-kernel launch sweep, each variant checked against the default's output
