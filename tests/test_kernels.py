@@ -363,6 +363,64 @@ def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
         assert err < 2e-3, err  # 16-bit rounding, and a row code may differ by one (fp32 vs float64 rotation)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_kernel_writes_the_decode_rows_and_queries_as_the_separate_launches_do(dtype):
+    """The step's row kernel with `decodes` (the backend's path since 2026-12-04) writes each decode
+    row's 8-bit row into its window and rotates its queries: the cache bytes and the rotated queries
+    must be exactly those of the separate launches (rows, append_window over every row, the
+    decode's own rotation), for decode rows in the middle of a unit, at its first and last row and
+    completing it (no window slot), beside a chunk row and a padding row (no query)."""
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
+    from s4kv.kernels.bench import _random_pages
+    from s4kv.kernels.decode import decode_attention, rotated_queries
+    from s4kv.kernels.store import append_window
+
+    unit = fmt.UNIT
+    hq, hkv, d = 4, 2, 64
+    # four decode rows (positions 4, unit - 1: completes its unit, unit: a new window's first row,
+    # 2 * unit - 2: its window's last), a chunk row of 30 tokens, a padding row
+    seqs = [5, unit, unit + 1, 2 * unit - 1, unit + 40, 0]
+    qlens = [1, 1, 1, 1, 30, 0]
+    g = torch.Generator().manual_seed(3)
+    held = [fmt.blocks_held(max(n, 1), d, dtype.itemsize) for n in seqs]
+    table = torch.randperm(sum(held) + 4, generator=g)[:sum(held)].to(torch.int32)
+    bt = torch.zeros(len(seqs), max(held), dtype=torch.int32)
+    at = 0
+    for r, n in enumerate(held):
+        bt[r, :n] = table[at:at + n]
+        at += n
+    qsl = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32)
+    seq = torch.tensor(seqs, dtype=torch.int32)
+    md = S4KVMetadata(len(seqs), int(qsl[-1]), max(qlens), max(seqs), qsl.to(DEVICE), seq.to(DEVICE),
+                      bt.to(DEVICE), qsl, seq)
+    plan_launch(md, hkv, num_sms=4)
+    assert md.num_decodes == 4
+    t = int(qsl[-1])
+    q = torch.randn(t, hq, d, generator=g).to(dtype).to(DEVICE)
+    k = (torch.randn(t, hkv, d, generator=g) * 2).to(dtype).to(DEVICE)
+    v = torch.randn(t, hkv, d, generator=g).to(dtype).to(DEVICE)
+    regions = _random_pages(sum(held) + 4, hkv, d, g, "cpu").to(DEVICE)  # finite scales: outputs compare
+    fused, apart = regions.clone(), regions.clone()
+    scale = d ** -0.5
+
+    rows = quantize_rows(k, v, decodes=(q, fused, md, scale))
+    append_window(rows, fused, md, first_row=md.num_decodes)
+    qr_fused = rotated_queries(q, md).clone()
+    out_fused = torch.zeros(t, hq, d, device=DEVICE)
+    decode_attention(q, rows, fused, md, md.num_decodes, scale, out_fused, md.decode_splits, queries_rotated=True)
+
+    rows = quantize_rows(k, v)
+    append_window(rows, apart, md)
+    out_apart = torch.zeros(t, hq, d, device=DEVICE)
+    decode_attention(q, rows, apart, md, md.num_decodes, scale, out_apart, md.decode_splits)  # rotates again
+
+    assert torch.equal(fused, apart)
+    assert not torch.equal(fused, regions)  # something was written
+    n = md.num_decodes
+    assert torch.equal(qr_fused.view(-1)[:n * hq * d], rotated_queries(q, md).view(-1)[:n * hq * d])
+    assert torch.isfinite(out_fused[:n]).all() and torch.equal(out_fused[:n], out_apart[:n])
+
+
 def test_decode_bench_inputs_repeat_exactly_and_the_kernel_reads_them_as_the_reference_does():
     """s4kv.kernels.bench and tools/gpu/tune_kernels.py build decode inputs again for every variant
     and compare outputs: the inputs must be the same each time (the new token's value once came
