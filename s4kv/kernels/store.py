@@ -152,7 +152,8 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
         q, regions, md, sm_scale = decodes
         n_dec = md.num_decodes
         group = q.shape[1] // hkv
-        q_args = (q, q.stride(0), q.stride(1), rotated_queries(q, md), sm_scale * LOG2E,
+        qr = rotated_queries(q, md) if n_dec else sc  # no decode row: nothing writes or reads it
+        q_args = (q, q.stride(0), q.stride(1), qr, sm_scale * LOG2E,
                   regions, regions.stride(0), regions.stride(1), md.query_start_loc, md.seq_lens,
                   md.block_table, md.block_table.stride(0))
     if t or n_dec:
