@@ -5,7 +5,7 @@
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-window pdl tune-stage smoke kernels variants profile profile-source diag-tail
 #                                                 host-overhead profile-decode store-warps
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
-#                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline throughput
+#                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline bench-quality-floor throughput
 #                                                 bench-serve tp-check tp-bench)
 #   bash tools/gpu/run-on-device.sh --detach STEP...   the same, in its own process session, so that
 #                                                 it outlives the call (a call ends at 10 min)
@@ -248,6 +248,16 @@ for s in "$@"; do
     bench-quality)
       step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
+    bench-quality-floor)  # bf16 through other attention backends (FLOOR_BACKENDS, default TRITON_ATTN and
+      # FLEX_ATTENTION; vLLM's own `attention_backend` engine argument): how far an implementation that
+      # rounds differently from FlashAttention moves bf16's own quality figures (tools/quality_floor.py
+      # compares each run's bf16 record with bench-quality's)
+      for b in $(echo "${FLOOR_BACKENDS:-TRITON_ATTN,FLEX_ATTENTION}" | tr , ' '); do
+        step "bench-quality-floor-$b" python3 -m s4kv.bench quality --model "$MODEL" --kv auto --no-noise-floor \
+          --engine-arg enforce_eager=true --engine-arg attention_backend="$b" --out "$OUT/quality-floor-$b"
+      done
+      # the glob is expanded in $OUT (the device returns at most 8 files: one archive)
+      (cd "$OUT" && tar -czf quality-floor.tgz quality-floor-*/ && rm -rf quality-floor-*/) ;;
     bench-quality-baseline)  # the same quality run with another s4kv tree (BASELINE=DIR holding s4kv/,
       # e.g. `git archive COMMIT s4kv`), for a format change measured against the one it replaces on
       # the same machine; run from inside it, since `python -m` puts the working directory first
