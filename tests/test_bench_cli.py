@@ -71,6 +71,22 @@ def test_quality_on_dummy_is_refused_and_noise_floor_optional():
     assert all(r.refused == cli.DUMMY_QUALITY_REFUSAL for r in runs)
 
 
+def test_floor_engine_args_go_to_the_second_auto_run_only():
+    runs = _plan(["quality", "--model", "smollm2", "--kv", "int4_kivi", "--engine-arg", "enforce_eager=true",
+                  "--floor-engine-arg", "attention_backend=TRITON_ATTN"], platform="cuda")
+    assert [r.id for r in runs] == ["quality-auto", "quality-int4_kivi", "quality-auto-r2"]
+    for r in runs[:2]:
+        assert r.params["engine_args"] == {"enforce_eager": True} and "floor_engine_args" not in r.params
+    floor = runs[2].params
+    assert floor["engine_args"] == {"enforce_eager": True, "attention_backend": "TRITON_ATTN"}
+    assert floor["floor_engine_args"] == {"attention_backend": "TRITON_ATTN"}
+    assert {k: v for k, v in floor.items() if k not in ("engine_args", "floor_engine_args")} == \
+        {k: v for k, v in runs[0].params.items() if k != "engine_args"}
+    # without it the second run is the same engine as the first
+    plain = _plan(["quality", "--model", "smollm2", "--kv", "int4_kivi"], platform="cuda")
+    assert plain[2].params == plain[0].params
+
+
 def test_capacity_max_model_len_capped_and_kv_gib():
     runs = _plan(["capacity", "--model", "x", "--kv", "auto", "--max-model-len", "32768", "--kv-cache-gib", "0.5",
                   "--engine-arg", "enforce_eager=true", "--engine-arg", "dtype=float32"],

@@ -34,6 +34,9 @@ def test_run_id_and_label():
     assert records.run_id("quality", "auto") == "quality-auto"
     assert records.run_id("quality", "auto", 2) == "quality-auto-r2"
     assert records.label(testing.record("quality", "auto", 2)) == "auto (repeat)"
+    floor = testing.record("quality", "auto", 2)
+    floor["params"]["floor_engine_args"] = {"attention_backend": "TRITON_ATTN"}
+    assert records.label(floor) == "auto (attention_backend=TRITON_ATTN)"
 
 
 LOG_032 = """INFO 11-29 12:00:01 [kv_cache_utils.py:2328] CPU KV cache size: 46,592 tokens, Maximum \

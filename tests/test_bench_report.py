@@ -26,6 +26,15 @@ def test_markdown_tables(recs):
     assert "s4kv bench all --model smollm2" in md
 
 
+def test_floor_engine_is_named_and_explained():
+    recs = [testing.record("quality", "auto"), testing.record("quality", "int4_kivi"),
+            testing.record("quality", "auto", 2)]
+    recs[2]["params"]["floor_engine_args"] = {"attention_backend": "TRITON_ATTN"}
+    md = report.markdown(testing.records_with_comparisons(recs))
+    assert "| `auto (attention_backend=TRITON_ATTN)` |" in md
+    assert "another attention kernel" in md and "the noise floor" not in md
+
+
 def test_quality_rows(recs):
     rows = {r["label"]: r for r in report.quality_rows(recs)}
     assert set(rows) == {"auto", "fp8", "int4_kivi", "auto (repeat)"}

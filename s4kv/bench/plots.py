@@ -111,9 +111,12 @@ def quality_figure(recs: list[dict]) -> Figure | None:
     cells = quality_cells(recs)
     if not cells:
         return None
-    fig, ax = plt.subplots(figsize=(9.0, 0.55 + 0.3 * (len(cells) + 1)))
+    # the dtype column as wide as its longest label (a floor engine's label names its arguments)
+    first = min(0.4, max(1 / len(QUALITY_COLUMNS), 0.0075 * max(len(c[0]) for c in cells)))
+    widths = [first] + [(1 - first) / (len(QUALITY_COLUMNS) - 1)] * (len(QUALITY_COLUMNS) - 1)
+    fig, ax = plt.subplots(figsize=(9.0 * max(1.0, first * len(QUALITY_COLUMNS) / 2), 0.55 + 0.3 * (len(cells) + 1)))
     ax.axis("off")
-    table = ax.table(cellText=cells, colLabels=QUALITY_COLUMNS, loc="center", cellLoc="center")
+    table = ax.table(cellText=cells, colLabels=QUALITY_COLUMNS, colWidths=widths, loc="center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     table.scale(1.0, 1.7)

@@ -46,7 +46,11 @@ def run_id(measurement: str, kv: str, repeat: int = 1) -> str:
 def label(rec: dict) -> str:
     """How a record's dtype is shown in tables and plots."""
     kv = rec["kv_cache_dtype"]
-    return f"{kv} (repeat)" if rec.get("repeat", 1) > 1 else kv
+    if rec.get("repeat", 1) == 1:
+        return kv
+    # a second engine with its own arguments (`--floor-engine-arg`): say which
+    floor = (rec.get("params") or {}).get("floor_engine_args")
+    return f"{kv} ({', '.join(f'{k}={v}' for k, v in floor.items())})" if floor else f"{kv} (repeat)"
 
 
 def validate(rec: dict) -> list[str]:

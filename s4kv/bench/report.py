@@ -298,8 +298,7 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
                   f"({m.get('scored_positions')} scored positions) through vLLM prompt logprobs with chunked "
                   f"prefill of {p.get('chunk')} tokens (later chunks read earlier ones from the KV cache); "
                   f"teacher-forced top-1 agreement with `auto` at every scored position{greedy}. "
-                  + ("`auto (repeat)` is a second, independent `auto` engine: the noise floor. "
-                     if any(r.get("repeat", 1) > 1 for r in _ok(recs, "quality")) else "")
+                  + "".join(_floor_sentence(r) for r in _ok(recs, "quality") if r.get("repeat", 1) > 1)
                   + "First divergence: `=` means identical over all new tokens; the median counts those as "
                   "the generation length."), "", qual]
         if "quality" in plots:
@@ -316,6 +315,16 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
               + ("; vLLM's result JSON of every serving point under `bench/`" if _ok(recs, "serve_point") else "")
               + ")."]
     return "\n".join(parts) + "\n"
+
+
+def _floor_sentence(rec: dict) -> str:
+    """What the second `auto` quality run measures."""
+    if (rec.get("params") or {}).get("floor_engine_args"):
+        return (f"`{records.label(rec)}` is a second `auto` engine with those engine arguments (another "
+                "attention kernel): it rounds differently from the reference, as every cache does, so its "
+                "top-1 and greedy agreement are the floor of those figures, and its perplexity the noise of "
+                "arithmetic alone. ")
+    return "`auto (repeat)` is a second, independent `auto` engine: the noise floor. "
 
 
 def write_markdown(recs: list[dict], out: Path, plots: dict[str, str] | None = None) -> Path:

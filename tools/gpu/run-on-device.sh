@@ -246,7 +246,9 @@ for s in "$@"; do
         --out "$OUT/speed"
       tar -C "$OUT" -czf "$OUT/speed.tgz" speed && rm -rf "$OUT/speed" ;;
     bench-quality)
-      step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true --out "$OUT/quality"
+      # FLOOR_BACKEND=TRITON_ATTN: the second bf16 engine through that attention kernel (--floor-engine-arg)
+      step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true \
+        ${FLOOR_BACKEND:+--floor-engine-arg attention_backend=$FLOOR_BACKEND} --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
     bench-quality-floor)  # bf16 through other attention backends (FLOOR_BACKENDS, default TRITON_ATTN and
       # FLEX_ATTENTION; vLLM's own `attention_backend` engine argument): how far an implementation that
