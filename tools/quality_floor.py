@@ -15,15 +15,11 @@ two bf16 implementations agree (what is left when the reference's near-ties are 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from quality_paired import records  # a run's quality records by id (tools/ is the script's directory)
+
 from s4kv.bench import metrics
-
-
-def records(path: str) -> dict[str, dict]:
-    with open(path) as f:
-        return {r["id"]: r for r in map(json.loads, f) if r.get("measurement") == "quality" and r.get("raw")}
 
 
 def against(rec: dict, ref: dict) -> dict:
