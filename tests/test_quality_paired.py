@@ -1,4 +1,5 @@
-"""tools/quality_paired.py: B against A, position by position, on synthetic `s4kv bench quality` records."""
+"""tools/quality_paired.py (B against A, position by position) and tools/quality_floor.py (one run's bf16
+against another's), on synthetic `s4kv bench quality` records."""
 
 import json
 import math
@@ -8,6 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+import quality_floor
 import quality_paired
 
 
@@ -45,3 +47,35 @@ def test_refuses_runs_whose_bf16_differs(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "tools/quality_paired.py"), _run(tmp_path / "a.jsonl", [auto_a, x]),
                         _run(tmp_path / "b.jsonl", [auto_b, x])], check=False, capture_output=True, text=True)
     assert p.returncode == 2 and "differ" in p.stderr
+
+
+def test_the_other_bf16_and_the_positions_where_both_agree(tmp_path):
+    n = 640
+    ref_top = [i % 7 for i in range(n)]
+    auto_a = _rec("auto", [-2.0] * n, ref_top, [[1, 2, 3], [4, 5, 6]])
+    # the other implementation: every 10th top-1 differs, 0.01 nats worse, one greedy run differs
+    other_top = [t + 1 if i % 10 == 0 else t for i, t in enumerate(ref_top)]
+    auto_b = _rec("auto", [-2.01] * n, other_top, [[1, 2, 3], [4, 5, 0]])
+    # the cache misses every 5th position: half of its misses fall where the two bf16 disagree
+    cache = _rec("int4_kivi", [-2.0] * n, [t + 2 if i % 5 == 0 else t for i, t in enumerate(ref_top)], [[1, 2, 3], [4, 5, 6]])
+    f = quality_floor.against(auto_b, auto_a)
+    assert math.isclose(f["ppl_pct"], 100 * math.expm1(0.01), rel_tol=1e-9)
+    assert math.isclose(f["top1"], 0.9, rel_tol=1e-9) and f["identical"] == 1
+    agree, kept = quality_floor.top1_where_references_agree(cache, auto_a, auto_b)
+    assert kept == n - n // 10
+    # of the 576 kept positions, the multiples of 5 that are not multiples of 10 are missed: 64
+    assert math.isclose(agree, 1 - 64 / 576, rel_tol=1e-9)
+    out = subprocess.run([sys.executable, str(ROOT / "tools/quality_floor.py"),
+                          _run(tmp_path / "a.jsonl", [auto_a, cache, dict(auto_a, id="quality-auto-r2")]),
+                          _run(tmp_path / "b.jsonl", [auto_b])], capture_output=True, text=True, check=True).stdout
+    b_row = next(line for line in out.splitlines() if line.startswith("| B: quality-auto"))
+    assert b_row.startswith("| B: quality-auto | A's bf16 | +1.005% ± 0.000 | 0.9000 ± ") and "| 1/2 |" in b_row
+    assert "| A: quality-int4_kivi | B's bf16 |" in out and "auto-r2" not in out
+
+
+def test_floor_refuses_runs_of_different_texts(tmp_path):
+    a = _rec("auto", [-2.0] * 640, [0] * 640, [[1]])
+    b = _rec("auto", [-2.0] * 320, [0] * 320, [[1]])
+    p = subprocess.run([sys.executable, str(ROOT / "tools/quality_floor.py"), _run(tmp_path / "a.jsonl", [a]),
+                        _run(tmp_path / "b.jsonl", [b])], check=False, capture_output=True, text=True)
+    assert p.returncode == 2 and "different texts" in p.stderr
