@@ -60,7 +60,7 @@ def test_the_other_bf16_and_the_positions_where_both_agree(tmp_path):
     cache = _rec("int4_kivi", [-2.0] * n, [t + 2 if i % 5 == 0 else t for i, t in enumerate(ref_top)], [[1, 2, 3], [4, 5, 6]])
     f = quality_floor.against(auto_b, auto_a)
     assert math.isclose(f["ppl_pct"], 100 * math.expm1(0.01), rel_tol=1e-9)
-    assert math.isclose(f["top1"], 0.9, rel_tol=1e-9) and f["identical"] == 1
+    assert math.isclose(f["top1"], 0.9, rel_tol=1e-9) and f["greedy"]["identical_sequences"] == 1
     agree, kept = quality_floor.top1_where_references_agree(cache, auto_a, auto_b)
     assert kept == n - n // 10
     # of the 576 kept positions, the multiples of 5 that are not multiples of 10 are missed: 64
@@ -79,3 +79,18 @@ def test_floor_refuses_runs_of_different_texts(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "tools/quality_floor.py"), _run(tmp_path / "a.jsonl", [a]),
                         _run(tmp_path / "b.jsonl", [b])], check=False, capture_output=True, text=True)
     assert p.returncode == 2 and "different texts" in p.stderr
+
+
+def test_runs_without_greedy_generations(tmp_path):
+    """`--prompts none` runs (perplexity and top-1 only) pair too; greedy shows as "–"."""
+    n = 640
+    auto = _rec("auto", [-2.0] * n, [0] * n, [])
+    a = _rec("int4_kivi", [-2.01] * n, [0] * n, [])
+    b = _rec("int4_kivi", [-2.0] * n, [0] * n, [])
+    assert quality_paired.paired(a, b, auto)["greedy_a"] is None
+    out = subprocess.run([sys.executable, str(ROOT / "tools/quality_paired.py"), _run(tmp_path / "a.jsonl", [auto, a]),
+                          _run(tmp_path / "b.jsonl", [auto, b])], capture_output=True, text=True, check=True).stdout
+    assert "identical greedy – -> – |" in out
+    out = subprocess.run([sys.executable, str(ROOT / "tools/quality_floor.py"), _run(tmp_path / "c.jsonl", [auto, a]),
+                          _run(tmp_path / "d.jsonl", [auto])], capture_output=True, text=True, check=True).stdout
+    assert "| B: quality-auto | A's bf16 | +0.000% ± 0.000 | 1.0000 ± 0.0000 | – |" in out

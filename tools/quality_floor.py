@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quality_paired import records  # a run's quality records by id (tools/ is the script's directory)
+from quality_paired import greedy, identical, records  # tools/ is the script's directory
 
 from s4kv.bench import metrics
 
@@ -26,9 +26,7 @@ def against(rec: dict, ref: dict) -> dict:
     """rec's quality figures against ref (same text and prompts), with batch-means errors."""
     d_ppl, se_ppl = metrics.ppl_delta_with_error(rec["raw"]["text_logprobs"], ref["raw"]["text_logprobs"])
     top, se_top = metrics.top1_agreement_with_error(rec["raw"]["text_top1"], ref["raw"]["text_top1"])
-    greedy = metrics.compare_greedy(rec["raw"]["greedy_tokens"], ref["raw"]["greedy_tokens"])
-    return {"ppl_pct": d_ppl, "ppl_se_pct": se_ppl, "top1": top, "top1_se": se_top,
-            "identical": greedy["identical_sequences"], "sequences": greedy["num_sequences"]}
+    return {"ppl_pct": d_ppl, "ppl_se_pct": se_ppl, "top1": top, "top1_se": se_top, "greedy": greedy(rec, ref)}
 
 
 def top1_where_references_agree(rec: dict, ref: dict, other_ref: dict) -> tuple[float, int]:
@@ -61,7 +59,7 @@ def main() -> int:
         f = against(rec, base)
         agree, n = top1_where_references_agree(rec, base, other if base is ref else ref)
         print(f"| {name} | {which} | {f['ppl_pct']:+.3f}% ± {f['ppl_se_pct']:.3f} | {f['top1']:.4f} ± {f['top1_se']:.4f} "
-              f"| {f['identical']}/{f['sequences']} | {agree:.4f} ({n} positions) |")
+              f"| {identical(f['greedy'])} | {agree:.4f} ({n} positions) |")
     return 0
 
 

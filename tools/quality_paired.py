@@ -23,6 +23,17 @@ def records(path: str) -> dict[str, dict]:
         return {r["id"]: r for r in map(json.loads, f) if r.get("measurement") == "quality" and r.get("raw")}
 
 
+def greedy(rec: dict, ref: dict) -> dict | None:
+    """rec's greedy continuations against ref's; None for a run without them (`--prompts none`)."""
+    if not rec["raw"].get("greedy_tokens") or not ref["raw"].get("greedy_tokens"):
+        return None
+    return metrics.compare_greedy(rec["raw"]["greedy_tokens"], ref["raw"]["greedy_tokens"])
+
+
+def identical(g: dict | None) -> str:
+    return "–" if g is None else f"{g['identical_sequences']}/{g['num_sequences']}"
+
+
 def paired(a: dict, b: dict, ref: dict) -> dict:
     """Perplexity of B against A in percent, top-1 agreement with `ref` of B minus A, each with its
     paired batch-means error; and identical greedy continuations (vs ref) of each."""
@@ -30,7 +41,7 @@ def paired(a: dict, b: dict, ref: dict) -> dict:
     d_ppl, se_ppl = metrics.ppl_delta_with_error(lb, la)
     d_top, se_top = metrics.top1_agreement_difference_with_error(b["raw"]["text_top1"], a["raw"]["text_top1"],
                                                                  ref["raw"]["text_top1"])
-    g = {k: metrics.compare_greedy(r["raw"]["greedy_tokens"], ref["raw"]["greedy_tokens"]) for k, r in (("a", a), ("b", b))}
+    g = {k: greedy(r, ref) for k, r in (("a", a), ("b", b))}
     return {"ppl_b_vs_a_pct": d_ppl, "ppl_se_pct": se_ppl, "top1_b_minus_a": d_top, "top1_se": se_top,
             "greedy_a": g["a"], "greedy_b": g["b"]}
 
@@ -50,7 +61,7 @@ def main() -> int:
     ga, gb = r["greedy_a"], r["greedy_b"]
     print(f"| {args.kv}: B against A | perplexity {r['ppl_b_vs_a_pct']:+.3f}% ± {r['ppl_se_pct']:.3f} | "
           f"top-1 agreement {r['top1_b_minus_a']:+.4f} ± {r['top1_se']:.4f} | identical greedy "
-          f"{ga['identical_sequences']}/{ga['num_sequences']} -> {gb['identical_sequences']}/{gb['num_sequences']} |")
+          f"{identical(ga)} -> {identical(gb)} |")
     return 0 if math.isfinite(r["ppl_b_vs_a_pct"]) else 1
 
 

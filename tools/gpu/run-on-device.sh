@@ -246,9 +246,11 @@ for s in "$@"; do
         --out "$OUT/speed"
       tar -C "$OUT" -czf "$OUT/speed.tgz" speed && rm -rf "$OUT/speed" ;;
     bench-quality)
-      # FLOOR_BACKEND=TRITON_ATTN: the second bf16 engine through that attention kernel (--floor-engine-arg)
+      # FLOOR_BACKEND=TRITON_ATTN: the second bf16 engine through that attention kernel (--floor-engine-arg);
+      # TEXT_WINDOWS=12: all of eval_text.txt's 2,048-token windows (default 3, the bench's)
       step bench-quality python3 -m s4kv.bench quality --model "$MODEL" --kv "$KVS" --engine-arg enforce_eager=true \
-        ${FLOOR_BACKEND:+--floor-engine-arg attention_backend=$FLOOR_BACKEND} --out "$OUT/quality"
+        --text-windows "${TEXT_WINDOWS:-3}" ${FLOOR_BACKEND:+--floor-engine-arg attention_backend=$FLOOR_BACKEND} \
+        --out "$OUT/quality"
       tar -C "$OUT" -czf "$OUT/quality.tgz" quality && rm -rf "$OUT/quality" ;;
     bench-quality-floor)  # bf16 through other attention backends (FLOOR_BACKENDS, default TRITON_ATTN and
       # FLEX_ATTENTION; vLLM's own `attention_backend` engine argument): how far an implementation that
@@ -268,7 +270,8 @@ for s in "$@"; do
       fi
       base=$(cd "$BASELINE" && pwd)
       step bench-quality-baseline bash -c "cd '$base' && PYTHONPATH='$base:$PYTHONPATH' python3 -m s4kv.bench \
-        quality --model '$MODEL' --kv '$KVS' --engine-arg enforce_eager=true --out '$OUT/quality-baseline'"
+        quality --model '$MODEL' --kv '$KVS' --engine-arg enforce_eager=true --text-windows '${TEXT_WINDOWS:-3}' \
+        --text '$PWD/s4kv/data/eval_text.txt' --out '$OUT/quality-baseline'"
       tar -C "$OUT" -czf "$OUT/quality-baseline.tgz" quality-baseline && rm -rf "$OUT/quality-baseline" ;;
     throughput)  # vLLM's own `vllm bench throughput` on issue 13's W1-W3 (tools/gpu/throughput.sh;
       # THROUGHPUT_RUNS="W3:auto W1:int4_kivi ..." picks runs), JSON + engine log per run, in one archive
