@@ -494,12 +494,17 @@ def programmatic_launch(device) -> bool:
     return not interpreted() and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def _workspace(q: torch.Tensor, num_decodes: int, splits: int):
+    """DecodeWorkspace's (partial outputs, partial (max, sum), rotated queries) for num_decodes rows of
+    `splits` page partials and window_splits() window partials each: one lookup rule for
+    decode_attention and for the row kernel that writes the rotated queries before it."""
+    return DecodeWorkspace.get(max(num_decodes, 1), q.shape[1], splits + window_splits(), q.shape[2], q.device)
+
+
 def rotated_queries(q: torch.Tensor, md) -> torch.Tensor:
     """The buffer the page kernel reads the decode rows' rotated queries from (md.num_decodes rows,
     [rows, Hq, D] fp32), for a kernel that rotates them before decode_attention runs."""
-    d = q.shape[2]
-    return DecodeWorkspace.get(max(md.num_decodes, 1), q.shape[1], md.decode_splits + window_splits(), d,
-                               q.device)[2]
+    return _workspace(q, md.num_decodes, md.decode_splits)[2]
 
 
 def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
@@ -521,7 +526,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     head_chunks = -(-group // PAGE_HEADS)
     lay = fmt.PageLayout(d)
     ws = window_splits()
-    part_o, part_ml, qr = DecodeWorkspace.get(num_decodes, hq, splits + ws, d, q.device)
+    part_o, part_ml, qr = _workspace(q, num_decodes, splits)
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
