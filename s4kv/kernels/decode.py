@@ -32,7 +32,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
-from s4kv.kernels.quant import apply_rotation, biased_code_operands, load_rotation
+from s4kv.kernels.quant import biased_code_operands, rotate_halves
 from s4kv.kernels.window import window_constants, window_slots
 
 LOG2E = 1.4426950408889634
@@ -48,8 +48,6 @@ def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scal
     queries as the pages meet them (model-dtype operands times the +-1 matrix: exact products,
     fp32 sums). Nothing for a row that is not a decode row (padding). Run by _rotate_queries_kernel,
     or by the step's row kernel (s4kv.kernels.store.quantize_rows), which saves the launch."""
-    # R's loads first: they wait for nothing, the query's wait for the row's start
-    r00, r01, r10, r11 = load_rotation(rot_ptr, HALF, False)
     q_start = tl.load(qsl_ptr + row)
     if tl.load(qsl_ptr + row + 1) - q_start == 1:
         g = tl.arange(0, G_PAD)
@@ -59,7 +57,7 @@ def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scal
         qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
         x_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
         x_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-        y_lo, y_hi = apply_rotation(x_lo, x_hi, r00, r01, r10, r11, DOT_DTYPE, INV_SQRT_D)
+        y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
         out = qr_ptr + (row * GROUP * hkv + hq[:, None]) * (2 * HALF)
         tl.store(out + c[None, :], y_lo * scale, mask=g_ok[:, None])
         tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
@@ -135,7 +133,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
                    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, PDL: tl.constexpr):
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
     partials of 2 * HALF values and of a (max, sum) pair).
@@ -147,13 +145,6 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
-    tb = tl.arange(0, BS)
-    # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
-    ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
-    vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
-    if PDL:  # launched while the query rotation may still run: the loads above do not read its
-        # output (the block table and pages are older), the queries below do
-        gdc_wait()
     q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
     q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
     m_i = tl.full([G], -float("inf"), tl.float32)
@@ -161,6 +152,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
     acc_lo = tl.zeros([HALF, G], tl.float32)
     acc_hi = tl.zeros([HALF, G], tl.float32)
+    tb = tl.arange(0, BS)
+    # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
+    ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
+    vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
     for page in tl.range(page_lo, page_hi, num_stages=PAGE_STAGES):
         vs_page, f16, k0 = vs_next, f16_next, k0_next
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
@@ -265,13 +260,15 @@ def _decode_kernel(
         page_lo = split * per_split
         # partials of query head hq and split s at (hq * parts + s); this chunk's first head
         hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
+        if PDL:  # launched while the rotation may still run: its queries are complete after this
+            gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
                        qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
                        part_o_ptr + (hq0 * parts + split) * (2 * HALF),
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, PDL)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -348,15 +345,13 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
                    STAGES: tl.constexpr, PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
+    if PDL:  # launched while the page kernel may still run: its partials are complete after this
+        gdc_wait()
     row = tl.program_id(0)
     h = tl.program_id(1)
-    # R^T's loads and the row's first: neither waits for the page kernel (nor, with PDL, for it to end)
-    r00, r01, r10, r11 = load_rotation(rot_ptr, HALF, True)
     q_start = tl.load(qsl_ptr + row)
     if tl.load(qsl_ptr + row + 1) - q_start != 1:
         return
-    if PDL:  # launched while the page kernel may still run: its partials are complete after this
-        gdc_wait()
     g = tl.arange(0, G_PAD)
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
@@ -384,7 +379,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
         m_all = m_new
     # back to the original basis (fp32 operands: tf32 on tensor cores)
-    out_lo, out_hi = apply_rotation(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D)
+    out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
