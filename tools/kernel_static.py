@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import linecache
 import os
 import re
 import subprocess
@@ -97,6 +98,11 @@ class CompileOnlyDriver:
 
     def is_active(self):
         return True
+
+
+_INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_LINE = re.compile(r'\s*//## File "(.*)", line (\d+)')
+_PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
 
 
 def parse_sass(sass: str) -> list[tuple[int, str]]:
@@ -219,15 +225,14 @@ def _step_rows(tokens: int, hkv: int, d: int):
     return codes, codes.clone(), torch.zeros(tokens, hkv, 2, dtype=torch.float16)
 
 
-def _page_counts(kern) -> collections.Counter:
-    page = page_loop(_sass(kern))
-    return page[2] if page else collections.Counter()
+def _page_body(kern) -> tuple[int, int, collections.Counter] | None:
+    return page_loop(_sass(kern))
 
 
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
     kern, opts = compiled_decode(cc, shape, dtype, options)
-    return _facts(cc, shape, dtype, opts, kern, _page_counts(kern))
+    return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
 
 
 def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -246,7 +251,7 @@ def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
                            lambda: chunk.stage_pages(wave, _step_rows(rows * qlen, hkv, d), regions, md, dt, kp,
                                                      kp.clone(), PAGE))
-    return _facts(cc, shape, dtype, opts, kern, _page_counts(kern))
+    return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
 
 
 def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -262,9 +267,8 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     regions = _cache_tensors(rows, hkv, d, dt)
     kern, opts = _compiled(cc, "store", d, options, store._store_blocks_kernel,
                            lambda: store.store_blocks(_step_rows(rows * qlen, hkv, d), regions, md, 1, dt))
-    bodies = loops(_sass(kern))
-    page = max(bodies, key=lambda c: sum(c.values())) if bodies else collections.Counter()
-    return _facts(cc, shape, dtype, opts, kern, page)
+    body = max(loop_bodies(_sass(kern)), key=lambda b: sum(b[2].values()), default=None)
+    return _facts(cc, shape, dtype, opts, kern, body)
 
 
 def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -282,7 +286,7 @@ def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     decodes = (q, _cache_tensors(rows, hkv, d, dt), md, d ** -0.5)
     kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
                            lambda: store.quantize_rows(k, k.clone(), decodes=decodes))
-    return _facts(cc, shape, dtype, opts, kern, collections.Counter())
+    return _facts(cc, shape, dtype, opts, kern, None)
 
 
 def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -296,7 +300,7 @@ def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     kern, opts = _compiled(cc, "append", d, options, store._append_window_kernel,
                            lambda: store.append_window(_step_rows(rows * qlen, hkv, d),
                                                        _cache_tensors(rows, hkv, d, DTYPES[dtype]), md))
-    return _facts(cc, shape, dtype, opts, kern, collections.Counter())
+    return _facts(cc, shape, dtype, opts, kern, None)
 
 
 VARIANTS = {"decode": decode_variant, "stage": stage_variant, "store": store_variant, "rows": rows_variant,
@@ -317,7 +321,45 @@ def _compile(launch) -> None:
         print(f"    does not launch: {e}", flush=True)
 
 
-def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collections.Counter) -> dict:
+def line_table(cubin: bytes) -> tuple[dict[int, tuple[str, int] | None], dict[int, str]]:
+    """(offset -> (file, line), offset -> instruction text) from nvdisasm's line-annotated listing
+    (Triton compiles with line information)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        listing = subprocess.run([os.path.join(_BIN, "nvdisasm"), "-g", "-c", f.name], capture_output=True,
+                                 text=True, check=True).stdout
+    lines, text, cur = {}, {}, None
+    for row in listing.splitlines():
+        m = _LINE.match(row)
+        if m:
+            cur = (m.group(1), int(m.group(2)))
+            continue
+        m = _INSTR.match(row)
+        if m:
+            a = int(m.group(1), 16)
+            lines[a], text[a] = cur, m.group(2)
+    return lines, text
+
+
+def loop_lines(cubin: bytes, lo: int, hi: int) -> list[dict]:
+    """The instructions of the loop body lo..hi (cuobjdump offsets, which are nvdisasm's) per Triton
+    source line, most first: where a loop's instructions come from, e.g. a layout conversion's
+    shared-memory round trip or a per-page sum, before and after a change."""
+    lines, text = line_table(cubin)
+    by_line: dict = collections.defaultdict(collections.Counter)
+    for off, where in lines.items():
+        if lo <= off <= hi:
+            by_line[where][_PRED.sub("", text[off]).split()[0]] += 1
+    rows = [{"file": w[0] if w else "?", "line": w[1] if w else 0, "instructions": sum(c.values()),
+             "source": linecache.getline(w[0], w[1]).strip() if w else "", "top": dict(c.most_common(5))}
+            for w, c in by_line.items()]
+    return sorted(rows, key=lambda r: -r["instructions"])
+
+
+def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
+           body: tuple[int, int, collections.Counter] | None) -> dict:
+    page = body[2] if body else collections.Counter()
     nw = kern.metadata.num_warps
     regs, spills = resource_usage(kern.kernel)
     per_warp = sum(page.values())
@@ -335,7 +377,8 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern, page: collectio
                       "mma_per_warp": _mma(page),
                       "int_to_float_per_warp": _int_to_float(page),
                       "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
-                      "top": top},
+                      "top": top,
+                      "by_line": loop_lines(kern.kernel, body[0], body[1]) if body else []},
         "triton": triton.__version__,
     }
 
@@ -350,6 +393,8 @@ def main(argv=None) -> int:
                     help="launch options as JSON over the architecture's defaults (repeatable); default: "
                          "the defaults")
     ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--lines", type=int, default=0, metavar="N",
+                    help="also the N source lines with the most page-loop instructions, per variant")
     ap.add_argument("--source", help="import s4kv from this checkout (e.g. a git worktree of an older commit)")
     args = ap.parse_args(argv)
     if args.source:
@@ -377,6 +422,10 @@ def main(argv=None) -> int:
                           f"{lp['instructions_per_warp']:9d} {lp['instructions_per_program']:9d} "
                           f"{lp['mma_per_warp']:4d} {lp['int_to_float_per_warp']:4d} {lp['barriers_per_warp']:4d}",
                           flush=True)
+                    for ln in lp["by_line"][:args.lines]:
+                        ops = " ".join(f"{op} {n}" for op, n in ln["top"].items())
+                        print(f"    {ln['instructions']:4d}  {os.path.basename(ln['file'])}:{ln['line']:<4d} "
+                              f"{ln['source'][:64]:<64}  {ops}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

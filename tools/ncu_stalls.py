@@ -25,7 +25,6 @@ import json
 import linecache
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -52,25 +51,11 @@ def compile_decode(shape: str, dtype: str, options: dict):
 
 
 def line_table(cubin: bytes) -> tuple[dict[int, tuple[str, int]], dict[int, str]]:
-    """(offset -> (file, line), offset -> instruction text) from nvdisasm's line-annotated listing."""
+    """(offset -> (file, line), offset -> instruction text): kernel_static's reading of nvdisasm's
+    line-annotated listing."""
     import kernel_static as ks
 
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        listing = subprocess.run([os.path.join(ks._BIN, "nvdisasm"), "-g", "-c", f.name], capture_output=True,
-                                 text=True, check=True).stdout
-    lines, text, cur = {}, {}, None
-    for row in listing.splitlines():
-        m = _LINE.match(row)
-        if m:
-            cur = (m.group(1), int(m.group(2)))
-            continue
-        m = _INSTR.match(row)
-        if m:
-            a = int(m.group(1), 16)
-            lines[a], text[a] = cur, m.group(2)
-    return lines, text
+    return ks.line_table(cubin)
 
 
 def page_loop(kern) -> tuple[int, int]:
