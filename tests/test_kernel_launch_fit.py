@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from s4kv import kernels
 
@@ -38,6 +39,20 @@ def test_small_shared_memory_gpus_start_from_their_own_launch_options(monkeypatc
 def test_no_shared_memory_rule_off_the_gpu():
     assert kernels.max_shared_memory("cpu") is None
     assert kernels.max_shared_memory(None) is None
+
+
+def test_page_kernel_compile_env_is_set_for_the_launch_and_restored(monkeypatch):
+    assert kernels.mma_sync_env(9) == {"DISABLE_MMA_V3": "1"}
+    assert kernels.mma_sync_env(8) == {} and kernels.mma_sync_env(None) == {}
+    assert kernels.page_kernel_env(torch.device("cpu")) == {}
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    monkeypatch.setenv("S4KV_TEST_KEPT", "before")
+    with kernels.compile_env({"DISABLE_MMA_V3": "1", "S4KV_TEST_KEPT": "inside"}):
+        assert os.environ["DISABLE_MMA_V3"] == "1" and os.environ["S4KV_TEST_KEPT"] == "inside"
+    assert "DISABLE_MMA_V3" not in os.environ and os.environ["S4KV_TEST_KEPT"] == "before"
+    with pytest.raises(RuntimeError), kernels.compile_env({"DISABLE_MMA_V3": "1"}):
+        raise RuntimeError("a launch that fails")
+    assert "DISABLE_MMA_V3" not in os.environ
 
 
 def _ptxas() -> Path:
@@ -75,3 +90,13 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
         mma_lines = {ln["source"].split("=")[0].strip() for ln in loop["by_line"]
                      if any(op.startswith(("HMMA", "HGMMA")) for op in ln["top"]) and ln["file"].endswith("decode.py")}
         assert mma_lines and all(s.startswith(("s", "acc_lo", "acc_hi")) for s in mma_lines), mma_lines
+    # the decode page loop compiles to mma.sync without spills and keeps four programs per SM on
+    # sm80 and sm90 under the Triton here: Triton 3.8+ chose wgmma on sm90 (48-64 bytes spilled) and,
+    # with both code halves from one inline-asm op, sent one half through shared memory (52.7 KB per
+    # program: three on sm80); docs/results/kernel-static-2026-12-04-triton38/
+    for arch in ("sm80", "sm86", "sm89", "sm90"):
+        for shape in ("qwen2.5-7b", "smollm2"):
+            r = by[("decode", arch, shape)]
+            assert r["page_loop"]["wgmma_per_warp"] == 0 and r["spill_bytes"] == 0, (arch, shape, r["spill_bytes"])
+            if arch in ("sm80", "sm90"):
+                assert r["programs_per_sm"] >= 4, (arch, shape, r["shared_bytes"])

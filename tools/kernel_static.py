@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 import torch
 import triton
@@ -186,8 +187,13 @@ def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
     saved = dict(kernels.LAUNCH)
     kernels.LAUNCH[(kernel, d)] = opts
     jit_fn.device_caches.clear()
+    # the page kernel compiles with the environment the product gives it on a GPU of this
+    # architecture (decode_attention's tensors are on the CPU here, so it cannot tell)
+    # (a checkout from before 2026-12-04, --source, has no such rule)
+    env = kernels.mma_sync_env(cc // 10) if kernel == "decode" and hasattr(kernels, "mma_sync_env") else {}
     try:
-        _compile(launch)
+        with mock.patch.dict(os.environ, env):
+            _compile(launch)
     finally:
         kernels.LAUNCH.clear()
         kernels.LAUNCH.update(saved)
@@ -375,6 +381,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
         "code_tile_buffers": max(buffers, default=0),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
+                      "wgmma_per_warp": sum(n for op, n in page.items() if op.startswith("HGMMA")),
                       "int_to_float_per_warp": _int_to_float(page),
                       "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
                       "top": top,

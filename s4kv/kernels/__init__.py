@@ -92,6 +92,57 @@ def launch_options_for(kernel: str, head_size: int, shared_memory: int | None) -
     return {**base, **LAUNCH.get((kernel, head_size), {})}
 
 
+def mma_sync_env(capability_major: int | None) -> dict[str, str]:
+    """Environment variables for compiling the decode page kernel for GPUs of this compute capability
+    major. On sm90, Triton 3.8 and later compile the page loop's dots (N = 8 query heads) to wgmma,
+    whose operands pass through shared memory: 1,080 instructions per warp and page and 64 bytes
+    spilled (Qwen2.5-7B shape, bf16), against 767 with mma.sync, which Triton 3.6 chose by itself
+    (779; tools/kernel_static.py, docs/results/kernel-static-2026-12-04-triton38/). Triton's
+    DISABLE_MMA_V3 keeps the kernel on mma.sync; it is one of Triton's cache-invalidating variables,
+    so those binaries are cached apart from the rest. Empty elsewhere."""
+    return {"DISABLE_MMA_V3": "1"} if capability_major == 9 else {}
+
+
+class compile_env:
+    """Context manager: `env` set in os.environ for what runs inside (a kernel launch, which compiles
+    the kernel on its first call for a specialization), then restored. Triton reads its compiler
+    variables when it compiles; a compiled kernel is found again by the same launch without them.
+    The process environment is shared: a thread compiling another Triton kernel during such a
+    first launch would see the variables too (vLLM's model runner launches from one thread)."""
+
+    __slots__ = ("env", "saved")
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self):
+        for key, value in self.env.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+        return self
+
+    def __exit__(self, *exc):
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        return False
+
+
+@functools.cache
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def page_kernel_env(device: torch.device) -> dict[str, str]:
+    """mma_sync_env for the GPU `device` is on; empty off the GPU and under the interpreter."""
+    if device.type != "cuda" or interpreted():
+        return {}
+    return mma_sync_env(_capability_major(device.index if device.index is not None else torch.cuda.current_device()))
+
+
 def num_sms(device: torch.device) -> int:
     """Multiprocessors of a CUDA device (1 elsewhere): the decode split count scales with it."""
     if device.type == "cuda":

@@ -30,7 +30,15 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels import (
+    compile_env,
+    dot_dtype,
+    interpreted,
+    launch_options,
+    page_kernel_env,
+    rotation_operand,
+    tl_dtype,
+)
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import biased_code_operands, rotate_halves
 from s4kv.kernels.window import window_constants, window_slots
@@ -535,21 +543,22 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
             GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
         )
-    _decode_kernel[(num_decodes, hkv * head_chunks, splits + ws)](
-        qr,
-        kc, vc, sc,
-        regions, regions.stride(0), regions.stride(1),
-        md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
-        part_o, part_ml, splits,
-        GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
-        BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
-        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-        CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), UNIT=fmt.UNIT, HKV=hkv,
-        **window_constants(d), WINDOW_SPLITS=ws, PDL=pdl,
-        **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
-        **({"launch_pdl": True} if pdl else {}),
-    )
+    with compile_env(page_kernel_env(q.device)):  # mma.sync on sm90 (s4kv.kernels.mma_sync_env)
+        _decode_kernel[(num_decodes, hkv * head_chunks, splits + ws)](
+            qr,
+            kc, vc, sc,
+            regions, regions.stride(0), regions.stride(1),
+            md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
+            part_o, part_ml, splits,
+            GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
+            BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
+            V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
+            FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+            CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), UNIT=fmt.UNIT, HKV=hkv,
+            **window_constants(d), WINDOW_SPLITS=ws, PDL=pdl,
+            **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
+            **({"launch_pdl": True} if pdl else {}),
+        )
     _reduce_kernel[(num_decodes, hkv)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
         GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,

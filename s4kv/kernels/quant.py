@@ -82,42 +82,16 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
     return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
 
 
-UNPACK_K_BF16 = tl.constexpr(unpack_ptx("bf16", "k"))
-UNPACK_V_BF16 = tl.constexpr(unpack_ptx("bf16", "v"))
-UNPACK_K_FP16 = tl.constexpr(unpack_ptx("fp16", "k"))
-UNPACK_V_FP16 = tl.constexpr(unpack_ptx("fp16", "v"))
-UNPACK_BIASED_BF16 = tl.constexpr(unpack_ptx("bf16", "biased"))
-UNPACK_BIASED_FP16 = tl.constexpr(unpack_ptx("fp16", "biased"))
+UNPACK_LO_BF16 = tl.constexpr(unpack_ptx("bf16", "lo"))
+UNPACK_HI_BF16 = tl.constexpr(unpack_ptx("bf16", "hi"))
+UNPACK_LO_FP16 = tl.constexpr(unpack_ptx("fp16", "lo"))
+UNPACK_HI_FP16 = tl.constexpr(unpack_ptx("fp16", "hi"))
 
 
 @triton.jit
-def _unpack(packed, ASM: tl.constexpr, DT: tl.constexpr):
-    return tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r", [packed], dtype=(DT.value, DT.value), is_pure=True,
-                                     pack=4)
-
-
-@triton.jit
-def code_operands(packed, VALUES: tl.constexpr, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr,
-                  USE_PTX: tl.constexpr):
-    """Packed code bytes (uint8: channel i in the low nibble, i + D/2 in the high) -> both halves as
-    OP_DTYPE dot operands: the codes c for keys, c - 7.5 (the value grid before its per-token scale)
-    for VALUES. USE_PTX: compiled (inline PTX); else the same values with Triton operations (the
-    interpreter)."""
-    if USE_PTX:
-        if CODE_DTYPE == tl.bfloat16:
-            if VALUES:
-                lo, hi = _unpack(packed, UNPACK_V_BF16, tl.bfloat16)
-            else:
-                lo, hi = _unpack(packed, UNPACK_K_BF16, tl.bfloat16)
-        elif VALUES:
-            lo, hi = _unpack(packed, UNPACK_V_FP16, tl.float16)
-        else:
-            lo, hi = _unpack(packed, UNPACK_K_FP16, tl.float16)
-    else:
-        shift: tl.constexpr = 7.5 if VALUES else 0.0
-        lo = (packed & 0xF).to(tl.float32) - shift
-        hi = (packed >> 4).to(tl.float32) - shift
-    return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
+def _unpack_half(packed, ASM: tl.constexpr, DT: tl.constexpr):
+    """4 packed code bytes -> 4 16-bit operands of one half (s4kv.kernels.code_ptx.unpack_ptx)."""
+    return tl.inline_asm_elementwise(ASM, "=r,=r,r", [packed], dtype=DT.value, is_pure=True, pack=4)
 
 
 @triton.jit
@@ -127,9 +101,11 @@ def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexp
     USE_PTX: compiled (inline PTX); else the same values with Triton operations (the interpreter)."""
     if USE_PTX:
         if CODE_DTYPE == tl.bfloat16:
-            lo, hi = _unpack(packed, UNPACK_BIASED_BF16, tl.bfloat16)
+            lo = _unpack_half(packed, UNPACK_LO_BF16, tl.bfloat16)
+            hi = _unpack_half(packed, UNPACK_HI_BF16, tl.bfloat16)
         else:
-            lo, hi = _unpack(packed, UNPACK_BIASED_FP16, tl.float16)
+            lo = _unpack_half(packed, UNPACK_LO_FP16, tl.float16)
+            hi = _unpack_half(packed, UNPACK_HI_FP16, tl.float16)
     else:
         bias: tl.constexpr = 128.0 if CODE_DTYPE == tl.bfloat16 else 64.0
         lo = (packed & 0xF).to(tl.float32) + bias
