@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The decode kernel under Triton 3.8 (vLLM 0.33.0's) on the H200, before and after a2e9294, without
+# the whole vLLM 0.33.0 bundle: the kernel bench needs torch and Triton only, and the machine's torch
+# 2.11 runs Triton 3.8's kernels (Triton talks to the driver itself; torch only allocates and times).
+#
+# Before the lease, in the checkout (.gpu/ is git-ignored):
+#   python3 -m pip download --no-deps triton==3.8.0 --python-version 3.12 --only-binary=:all: -d .gpu/t38
+#   (cd .gpu/t38 && split -b 44M triton-3.8.0-*.whl w. && rm triton-3.8.0-*.whl && sha256sum w.* > SHA256SUMS)
+#   mkdir -p .gpu/t38/before && git archive 90fe100 s4kv | tar -x -C .gpu/t38/before
+# Device calls, back to back (a pause of 30 s gives the machine back): six chunk calls, each
+#   carry [".gpu/t38/w.aX"]   command: mkdir -p /root/stage && cp .gpu/t38/w.aX /root/stage/
+# then the measuring call (under 10 minutes):
+#   carry [".gpu/t38/before", ".gpu/t38/SHA256SUMS"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh
+# and, in a call of its own, the GPU kernel tests under Triton 3.8 (the mma.sync path on sm90 has not
+# run on a GPU under 3.8):
+#   carry [".gpu/t38/SHA256SUMS"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh tests
+set -u
+OUT=${OUT:-/tmp/out}
+W=/tmp/lease; mkdir -p $W
+if [ ! -d /tmp/t380/triton ]; then
+  (cd /root/stage && sha256sum -c "$OLDPWD/.gpu/t38/SHA256SUMS") || { echo "chunks missing or damaged"; exit 3; }
+  cat /root/stage/w.a? >/tmp/t38.whl && python3 -m zipfile -e /tmp/t38.whl /tmp/t380 && rm /tmp/t38.whl
+  chmod +x /tmp/t380/triton/backends/nvidia/bin/*  # zipfile drops the mode bits (ptxas, cuobjdump)
+fi
+triton_of() { [ "$1" = 3.8 ] && echo /tmp/t380 || echo ""; }
+if [ "${1:-}" = tests ]; then
+  PYTHONPATH=$PWD:/tmp/t380 timeout 540 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_kernels.py \
+    tests/test_code_unpack.py >"$OUT/tests-triton38.log" 2>&1
+  echo "tests under Triton 3.8: rc=$?"; tail -n 5 "$OUT/tests-triton38.log"
+  exit 0
+fi
+PTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
+bench() {  # bench NAME TREE TRITON: the decode kernel bench from TREE's s4kv under that Triton
+  local name=$1 dir=$2 tp; tp=$(triton_of "$3")
+  (cd "$dir" && PYTHONPATH="$PWD${tp:+:$tp}" timeout 150 python3 -m s4kv.kernels.bench $PTS --breakdown \
+    --json "$W/$name.json") >"$W/$name.log" 2>&1
+  echo "== $name rc=$?"; grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ " "$W/$name.log"
+  tar -C $W -czf "$OUT/lease.tgz" .  # after each run: what finished comes back if the call is cut off
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >$W/gpu.txt
+for t in 3.6 3.8; do
+  PYTHONPATH=$(triton_of $t) python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' >>$W/gpu.txt
+done
+cat $W/gpu.txt
+# Triton 3.8 twice (the comparison that matters), then 3.6 once (its SASS is the same before and after)
+for pass in 1 2; do
+  bench "before-triton3.8-$pass" .gpu/t38/before 3.8
+  bench "after-triton3.8-$pass" . 3.8
+done
+bench after-triton3.6 . 3.6
+bench before-triton3.6 .gpu/t38/before 3.6
