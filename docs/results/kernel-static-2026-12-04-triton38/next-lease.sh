@@ -7,11 +7,14 @@
 #   python3 -m pip download --no-deps triton==3.8.0 --python-version 3.12 --only-binary=:all: -d .gpu/t38
 #   (cd .gpu/t38 && split -b 44M triton-3.8.0-*.whl w. && rm triton-3.8.0-*.whl && sha256sum w.* > SHA256SUMS)
 #   mkdir -p .gpu/t38/before && git archive 90fe100 s4kv | tar -x -C .gpu/t38/before
+#   mkdir -p .gpu/t38/early && git archive 9a70758 s4kv | tar -x -C .gpu/t38/early   (the early-loads variant)
 # Device calls, back to back (a pause of 30 s gives the machine back): six chunk calls, each
 #   carry [".gpu/t38/w.aX"]   command: mkdir -p /root/stage && cp .gpu/t38/w.aX /root/stage/
-# then the measuring call (under 10 minutes):
+# then the measuring calls (each under 10 minutes; the second needs no Triton 3.8):
 #   carry [".gpu/t38/before", ".gpu/t38/SHA256SUMS"]
 #   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh
+#   carry [".gpu/t38/before", ".gpu/t38/early", ".gpu/t38/SHA256SUMS"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh triton36
 # and, in a call of its own, the GPU kernel tests under Triton 3.8 (the mma.sync path on sm90 has not
 # run on a GPU under 3.8):
 #   carry [".gpu/t38/SHA256SUMS"]
@@ -44,10 +47,20 @@ for t in 3.6 3.8; do
   PYTHONPATH=$(triton_of $t) python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' >>$W/gpu.txt
 done
 cat $W/gpu.txt
-# Triton 3.8 twice (the comparison that matters), then 3.6 once (its SASS is the same before and after)
+if [ "${1:-}" = triton36 ]; then
+  # Triton 3.6 (vLLM 0.24.0's): before and after once each (the decode kernel's SASS is the same), then
+  # the early-loads variant (9a70758: the rotation's loads first; with PDL the waits after the loads
+  # that do not depend on the kernel before), stream order and PDL
+  echo '[{"kernel": "decode-grid", "head_size": 0, "options": {"pdl": true}}]' >$W/pdl.json
+  bench before-triton3.6 .gpu/t38/before 3.6
+  bench after-triton3.6 . 3.6
+  bench early-triton3.6 .gpu/t38/early 3.6
+  S4KV_KERNEL_CONFIG=$W/pdl.json bench early-pdl-triton3.6 .gpu/t38/early 3.6
+  S4KV_KERNEL_CONFIG=$W/pdl.json bench before-pdl-triton3.6 .gpu/t38/before 3.6
+  exit 0
+fi
+# Triton 3.8, twice: the comparison that matters
 for pass in 1 2; do
   bench "before-triton3.8-$pass" .gpu/t38/before 3.8
   bench "after-triton3.8-$pass" . 3.8
 done
-bench after-triton3.6 . 3.6
-bench before-triton3.6 .gpu/t38/before 3.6
