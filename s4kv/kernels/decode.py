@@ -238,9 +238,11 @@ def _decode_kernel(
     if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
         gdc_launch_dependents()
     row = tl.program_id(0)
-    # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; a
-    # larger N makes Triton choose sm90's wgmma for them, which was slower and wrong here), so a
-    # group of more than 8 reads its pages once per 8 query heads; the window is chunk 0's
+    # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; under
+    # Triton 3.6 a larger N made Triton choose sm90's wgmma for them, which was slower and wrong here;
+    # the kernel is now compiled without wgmma on sm90, s4kv.kernels.mma_sync_env, and N = 16 has not
+    # been timed since), so a group of more than 8 reads its pages once per 8 query heads; the
+    # window is chunk 0's
     h = tl.program_id(1) // HEAD_CHUNKS
     chunk = tl.program_id(1) % HEAD_CHUNKS
     hkv = tl.num_programs(1) // HEAD_CHUNKS
