@@ -10,6 +10,7 @@
     nox -s bench -- all --model smollm2 --kv auto,int4_kivi   s4kv bench (see s4kv/bench/cli.py)
     nox -s demo                     SmolLM2 served with int4_kivi here: an answer, KV capacity vs bf16
     nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
+                                    (S4KV_STATIC_TRITON=3.8.0: with vLLM 0.33.0's Triton)
     nox -s ncu-stalls               the decode page loop's stall samples (GPU profile export) by source line
     nox -s image-constraints        deploy/image/constraints/vllm-<v>.txt: the image's hashed dependencies
 
@@ -184,13 +185,17 @@ def image_constraints(session: nox.Session) -> None:
 
 # The Triton of the lent GPU machine (torch 2.11 there): its ptxas compiles what runs there.
 TRITON_ON_DEVICE = "3.6.0"
+# kernels-static and ncu-stalls compile with it unless S4KV_STATIC_TRITON names another, e.g. 3.8.0,
+# the Triton of vLLM 0.33.0's torch 2.14, which compiles the kernels differently
+# (docs/results/kernel-static-2026-12-04-triton38/)
+TRITON_STATIC = os.environ.get("S4KV_STATIC_TRITON", TRITON_ON_DEVICE)
 
 
 @nox.session(name="kernels-static")
 def kernels_static(session: nox.Session) -> None:
     """`-- [--kernel decode,stage,store] [--arch 90] [--options JSON] [--json OUT]`: tools/kernel_static.py, the kernels compiled
     for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
-    session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
+    session.install("torch==2.13.0", f"triton=={TRITON_STATIC}", "numpy")
     session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
 
 
@@ -198,7 +203,7 @@ def kernels_static(session: nox.Session) -> None:
 def ncu_stalls(session: nox.Session) -> None:
     """`-- EXPORT.csv.gz [--source CHECKOUT] [--options JSON]`: tools/ncu_stalls.py, the decode page loop's
     warp-stall samples from the GPU machine (run-on-device.sh profile-source) by Triton source line."""
-    session.install("torch==2.13.0", f"triton=={TRITON_ON_DEVICE}", "numpy")
+    session.install("torch==2.13.0", f"triton=={TRITON_STATIC}", "numpy")
     session.run("python", "tools/ncu_stalls.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
 
 
