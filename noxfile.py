@@ -11,6 +11,7 @@
     nox -s demo                     SmolLM2 served with int4_kivi here: an answer, KV capacity vs bf16
     nox -s kernels-static           compile the kernels for sm80-sm90 here (no GPU): registers, ...
                                     (S4KV_STATIC_TRITON=3.8.0: with vLLM 0.33.0's Triton)
+    nox -s kernels-served           the launch-fit test under each served vLLM release's Triton (3.6.0, 3.8.0)
     nox -s ncu-stalls               the decode page loop's stall samples (GPU profile export) by source line
     nox -s image-constraints        deploy/image/constraints/vllm-<v>.txt: the image's hashed dependencies
 
@@ -197,6 +198,23 @@ def kernels_static(session: nox.Session) -> None:
     for sm80-sm90 without a GPU: registers, spills, shared memory, programs per SM, page-loop SASS."""
     session.install("torch==2.13.0", f"triton=={TRITON_STATIC}", "numpy")
     session.run("python", "tools/kernel_static.py", *session.posargs, env={"PYTHONPATH": str(ROOT)})
+
+
+# The Tritons that served releases compile the kernels with: vLLM 0.24.0's torch 2.11 pins 3.6.0,
+# 0.33.0's torch 2.14 pins 3.8.0 (the tests session has torch 2.13's 3.9.0). Triton 3.8 once compiled
+# the decode page loop to half again as many instructions, with spills, and nothing noticed
+# (docs/results/kernel-static-2026-12-04-triton38/).
+SERVED_TRITONS = ("3.6.0", "3.8.0")
+
+
+@nox.session(name="kernels-served")
+@nox.parametrize("triton", SERVED_TRITONS)
+def kernels_served(session: nox.Session, triton: str) -> None:
+    """tests/test_kernel_launch_fit.py with each Triton a served vLLM release runs: every kernel's launch
+    fits sm80-sm90, and the decode page loop compiles without wgmma or spills (no GPU needed)."""
+    session.install("torch==2.13.0", f"triton=={triton}", "numpy", "pytest")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kernel_launch_fit.py",
+                env={"PYTHONPATH": str(ROOT)})
 
 
 @nox.session(name="ncu-stalls")
