@@ -106,15 +106,14 @@ _LINE = re.compile(r'\s*//## File "(.*)", line (\d+)')
 _PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
 
 
+def opcode(text: str) -> str:
+    """An instruction's opcode with its modifiers, predicate dropped (`@!P0 HMMA.16816.F32 ...;`)."""
+    return _PRED.sub("", text.strip().rstrip(";")).split()[0]
+
+
 def parse_sass(sass: str) -> list[tuple[int, str]]:
     """(address, opcode with modifiers) of every instruction, predicates dropped."""
-    out = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
-        if m:
-            text = re.sub(r"^@!?U?P[T0-9]+\s+", "", m.group(2))
-            out.append((int(m.group(1), 16), text.split()[0]))
-    return out
+    return [(int(m.group(1), 16), opcode(m.group(2))) for m in map(_INSTR.match, sass.splitlines()) if m]
 
 
 def loop_bodies(sass: str) -> list[tuple[int, int, collections.Counter]]:
@@ -356,7 +355,7 @@ def loop_lines(cubin: bytes, lo: int, hi: int) -> list[dict]:
     by_line: dict = collections.defaultdict(collections.Counter)
     for off, where in lines.items():
         if lo <= off <= hi:
-            by_line[where][_PRED.sub("", text[off]).split()[0]] += 1
+            by_line[where][opcode(text[off])] += 1
     rows = [{"file": w[0] if w else "?", "line": w[1] if w else 0, "instructions": sum(c.values()),
              "source": linecache.getline(w[0], w[1]).strip() if w else "", "top": dict(c.most_common(5))}
             for w, c in by_line.items()]

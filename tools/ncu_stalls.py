@@ -24,20 +24,10 @@ import gzip
 import json
 import linecache
 import os
-import re
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-_INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
-_LINE = re.compile(r'\s*//## File "(.*)", line (\d+)')
-_PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
-
-
-def opcode(text: str) -> str:
-    return _PRED.sub("", text.strip().rstrip(";")).split()[0]
-
 
 def compile_decode(shape: str, dtype: str, options: dict):
     """The decode kernel compiled for sm90 with this shape and launch options (kernel_static's build)."""
@@ -92,6 +82,7 @@ def main(argv=None) -> int:
     # same text from another checkout would carry that checkout's paths in its line table
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="ncu-stalls-triton-")
     kern = compile_decode(args.shape, args.dtype, json.loads(args.options))
+    from kernel_static import opcode
     lines, text = line_table(kern.kernel)
     lo, hi = page_loop(kern)
     header, rows = read_export(args.export)

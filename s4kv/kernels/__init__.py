@@ -136,11 +136,17 @@ def _capability_major(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]
 
 
+def capability_major(device: torch.device) -> int | None:
+    """Compute capability major of the GPU `device` is on (cached per device); None off the GPU and
+    under the interpreter, where no kernel is compiled for a GPU."""
+    if device.type != "cuda" or interpreted():
+        return None
+    return _capability_major(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def page_kernel_env(device: torch.device) -> dict[str, str]:
     """mma_sync_env for the GPU `device` is on; empty off the GPU and under the interpreter."""
-    if device.type != "cuda" or interpreted():
-        return {}
-    return mma_sync_env(_capability_major(device.index if device.index is not None else torch.cuda.current_device()))
+    return mma_sync_env(capability_major(device))
 
 
 def num_sms(device: torch.device) -> int:

@@ -31,6 +31,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from s4kv import format as fmt
 from s4kv.kernels import (
+    capability_major,
     compile_env,
     dot_dtype,
     interpreted,
@@ -501,7 +502,7 @@ def programmatic_launch(device) -> bool:
     launch_options("decode-grid", 0) says {"pdl": true} (tools/gpu/tune_kernels.py measures it)."""
     if not launch_options("decode-grid", 0).get("pdl", False):  # the default: no device query per call
         return False
-    return not interpreted() and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return (capability_major(device) or 0) >= 9
 
 
 def _workspace(q: torch.Tensor, num_decodes: int, splits: int):
