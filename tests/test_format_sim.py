@@ -225,3 +225,27 @@ def test_f64_runs_the_attention_in_float64_and_changes_only_its_rounding():
     assert o32.dtype == torch.float32 and o64.dtype == torch.float64
     assert torch.allclose(o64, o32.double(), atol=1e-5)
     assert not torch.equal(o64.float(), o32)  # another arithmetic, not the same one relabelled
+
+
+def test_xtok_keeps_the_chosen_token_exact_per_head_and_first_is_the_shipped_rule():
+    k, v = _kv()
+    shipped = format_sim.fake_quantize(k, v, {"first_value": 8})
+    first = format_sim.fake_quantize(k, v, {"first_value": 8, "xtok": "first"})
+    assert all(torch.equal(a, b) for a, b in zip(shipped, first))
+    # an outlier key in block 1 of head 1, at token 37: "norm" keeps that one exact there, and the
+    # block's other tokens lose the range it widened
+    k = k.clone()
+    k[1, BS + 37] *= 8
+    kr, vr = fmt.rotate(k).to(fmt.first_key_dtype(k.dtype)).float(), fmt.rotate(v.float())
+    kn, vn = format_sim.fake_quantize(k, v, {"first_value": 8, "xtok": "norm"})
+    k0, _ = format_sim.fake_quantize(k, v, {"first_value": 8})
+    assert torch.equal(kn[1, BS + 37], kr[1, BS + 37]) and not torch.equal(k0[1, BS + 37], kr[1, BS + 37])
+    assert not torch.equal(kn[1, BS], kr[1, BS])  # the first token no longer exact there
+    rest = torch.ones(BS, dtype=torch.bool)
+    rest[[0, 37]] = False
+    assert (kn[1, BS:2 * BS][rest] - kr[1, BS:2 * BS][rest]).abs().mean() \
+        < (k0[1, BS:2 * BS][rest] - kr[1, BS:2 * BS][rest]).abs().mean() / 2
+    # its value in 8 bits (an error far below 4-bit's); block 0 keeps the sink, token 0
+    v4 = shipped[1]  # the values do not depend on the keys' outlier
+    assert (vn[1, BS + 37] - vr[1, BS + 37]).abs().max() < (v4[1, BS + 37] - vr[1, BS + 37]).abs().max() / 8
+    assert torch.equal(kn[:, :BS], k0[:, :BS]) and torch.equal(vn[:, :BS], shipped[1][:, :BS])

@@ -60,6 +60,12 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               arithmetic, s4kv.backend.torch_ops), instead of float32; the reference stays float32
   exact64     1: nothing quantized, exact attention in float64 (variant exact_f64): how far top-1
               moves for a difference of rounding alone
+  xtok        which token of every block keeps its key exact (16-bit, left out of the key statistics)
+              and its value in 8 bits, instead of the block's first token (block 0 keeps token 0,
+              the sink): "norm" the largest rotated key, "range" the token whose key widens the
+              block's per-channel ranges the most, "oracle" the token the exact attention weights
+              most (not computable at store time: the bound on what any rule could gain); with
+              first_value=8, the first key's slot and no other first-key knob
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -153,6 +159,11 @@ VARIANTS = {
                                                    "own8": 1, "unit": 2},
     # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
     # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
+    # another token than the block's first keeps the exact key and the 8-bit value (xtok)
+    "first_value8+tail8own+unit2+xfirst": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "first"},
+    "first_value8+tail8own+unit2+xnorm": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "norm"},
+    "first_value8+tail8own+unit2+xrange": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "range"},
+    "first_value8+tail8own+unit2+xoracle": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "oracle"},
     "first_value8+tail8own+unit3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 3},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
@@ -283,7 +294,7 @@ def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, st
     range), statistics without the tokens excl [G, T] marks -> dequantized [H, G, T, D]. A group
     with every token excluded gets min 0 and scale 0 (its codes are unused). fit > 0: the
     statistics fitted by least squares (_fit_keys) instead of min-max."""
-    e = excl[None, :, :, None]
+    e = _token_mask(excl)
     mn, mx = _masked_range(x, e)
     if stat8:  # minimum and scale stored in fp8 (e4m3), nearest; codes clamp what falls outside
         mn = _fp8(mn)
@@ -294,6 +305,35 @@ def _keys(x: torch.Tensor, excl: torch.Tensor, levels: int = fmt.CODE_LEVELS, st
         mn, scale = _fit_keys(x, (~e).float(), mn, scale, levels, fit)
     codes = torch.floor((x - mn.unsqueeze(-2)) * fmt._inverse(scale).unsqueeze(-2) + 0.5).clamp(0, levels)
     return fmt.dequantize_keys(codes, scale, mn)
+
+
+def _token_mask(m: torch.Tensor) -> torch.Tensor:
+    """A token mask [G, T] (every head) or [H, G, T] (per head) as [H or 1, G, T, 1] against [H, G, T, D]."""
+    return (m[None] if m.dim() == 2 else m)[..., None]
+
+
+def _exact_token(kb: torch.Tensor, var: dict) -> torch.Tensor:
+    """xtok: the token of each (kv head, block) that keeps its key exact, [H, NB] (block 0: token 0).
+    kb [H, NB, BS, D] are the keys as the block is quantized from (rotated basis)."""
+    h, nb, bs, _ = kb.shape
+    rule = var["xtok"]
+    if rule == "first":
+        idx = torch.zeros(h, nb, dtype=torch.long)
+    elif rule == "norm":
+        idx = kb.float().norm(dim=-1).argmax(-1)
+    elif rule == "range":  # what leaving the token out takes off the block's per-channel ranges
+        top = kb.float().topk(2, dim=2)
+        low = (-kb.float()).topk(2, dim=2)
+        gain = torch.zeros(h, nb, bs)
+        gain.scatter_add_(2, top.indices[:, :, 0], top.values[:, :, 0] - top.values[:, :, 1])
+        gain.scatter_add_(2, low.indices[:, :, 0], low.values[:, :, 0] - low.values[:, :, 1])
+        idx = gain.argmax(-1)
+    elif rule == "oracle":  # attention mass each token receives in exact attention (kivi_sdpa)
+        idx = var["_mass"][:, :nb * bs].reshape(h, nb, bs).argmax(-1)
+    else:
+        raise ValueError(f"xtok={rule!r}")
+    idx[:, 0] = 0
+    return idx
 
 
 def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
@@ -311,10 +351,15 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     elif var.get("first_key", 1):
         excl[:, 0] = True
     excl[0, :min(sink, BS)] = True
+    if var.get("xtok"):  # one token per (kv head, block), chosen by the rule
+        assert var.get("first_key", 1) == 1 and not (sink or var.get("kmin64") or var.get("kblock")), \
+            "xtok replaces the first key's rule"
+        excl = torch.zeros(h, nb, BS, dtype=torch.bool)
+        excl.scatter_(2, _exact_token(kb, var)[..., None], True)
     x = kb.clamp(-fmt.FP16_MAX, fmt.FP16_MAX)
     tb = var.get("kblock", BS)  # key statistics per sub-block of tb tokens (default: the block)
     klev, vlev = 2 ** var.get("kbits", 4) - 1, 2 ** var.get("vbits", 4) - 1
-    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(nb * BS // tb, tb), klev,
+    kq = _keys(x.reshape(h, nb * BS // tb, tb, d), excl.reshape(*excl.shape[:-2], nb * BS // tb, tb), klev,
                bool(var.get("kstat8")), var.get("kfit", 0)).reshape(h, nb, BS, d)
     if var.get("kmin64"):
         assert var.get("first_key") == 2 and tb == BS, "kmin64 takes the first-key slot of blocks 1.."
@@ -335,6 +380,9 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
     vx = exact16.clone()
     if var.get("first_value") == 1:
         vx[:, 0] = True
+    elif var.get("first_value") == 8 and var.get("xtok"):  # the exact-key token's value in 8 bits
+        c8, s8 = fmt.quantize_values(vb, fmt.FIRST_VALUE_LEVELS)
+        vq = torch.where(_token_mask(excl), fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS), vq)
     elif var.get("first_value") == 8:  # 8-bit codes, as s4kv.format stores the first value
         # its high nibbles take the exact first key's unused code row: with first_key=2 only block 0 has one
         fb = 1 if var.get("first_key") == 2 else nb
@@ -344,8 +392,8 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
         kq[:, 0] = _keys(x[:, :1], excl[:1], fmt.FIRST_VALUE_LEVELS)[:, 0]
         c8, s8 = fmt.quantize_values(vb[:, 0], fmt.FIRST_VALUE_LEVELS)
         vq[:, 0] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
-    kq = torch.where(kx[None, :, :, None], k16, kq)
-    vq = torch.where(vx[None, :, :, None], v16, vq)
+    kq = torch.where(_token_mask(kx), k16, kq)
+    vq = torch.where(_token_mask(vx), v16, vq)
     if var.get("kq", 1) == 0:
         kq = k16
     if var.get("vq", 1) == 0:
@@ -359,6 +407,11 @@ def kivi_sdpa(q, k, v, scale, var):
     hkv = k.shape[0]
     g = hq // hkv
     nb = t // BS
+    if var.get("xtok") == "oracle":  # the attention mass each key receives, exact attention
+        pos_ = torch.arange(t)
+        s0 = (torch.matmul(q.float(), k.float().repeat_interleave(g, 0).transpose(-1, -2)) * scale)
+        p0 = torch.softmax(s0.masked_fill(pos_[None, :] > pos_[:, None], float("-inf")), -1)
+        var = {**var, "_mass": p0.sum(1).reshape(hkv, g, t).sum(1)}
     if var.get("tail8"):  # what the tail holds (and a completing block is quantized from)
         assert not (var.get("tail_k") or var.get("tail_v")), "tail8 replaces tail_k / tail_v"
         k8r, v8r = fmt.window_round_trip(k), fmt.window_round_trip(v)  # the format's window rows
