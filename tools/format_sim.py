@@ -159,6 +159,9 @@ VARIANTS = {
                                                    "own8": 1, "unit": 2},
     # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
     # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
+    # block 0 (the attention sink) in 8 bits in two pages, or exact (16-bit), with the units of two
+    "first_value8+tail8own+unit2+sink8": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "sink_bits": 8},
+    "first_value8+tail8own+unit2+sink128": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "sink": 128},
     # another token than the block's first keeps the exact key and the 8-bit value (xtok)
     "first_value8+tail8own+unit2+xfirst": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "first"},
     "first_value8+tail8own+unit2+xnorm": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "norm"},
