@@ -218,7 +218,7 @@ def _store_blocks_kernel(
         # every thread has read its rows before any thread writes this page over them
         tl.debug_barrier()
 
-        # The first key: its row as it is (before any saturation)
+        # The first key: its row as it is (NaN kept)
         first_row = t[:, None] == 0
         fk_lo = tl.sum(tl.where(first_row, k_lo, 0.0), axis=0)
         fk_hi = tl.sum(tl.where(first_row, k_hi, 0.0), axis=0)
@@ -226,28 +226,38 @@ def _store_blocks_kernel(
         tl.store(fk_ptr + c, fk_lo.to(FIRST_KEY_DTYPE))
         tl.store(fk_ptr + HALF + c, fk_hi.to(FIRST_KEY_DTYPE))
 
+        # The format quantizes a block from its rows after saturating them (s4kv.format: clamp to the
+        # fp16 range, a non-finite element poisons its groups). A row (code - 127.5) * scale is always
+        # inside the fp16 range (|code - 127.5| <= 127.5, scale <= fp16_up(65504 / 127.5)), and it has
+        # a non-finite element exactly when its scale is NaN (the whole row). So saturation is the
+        # row's: a NaN row is read as zeros and marks its groups, with no per-element test or clamp
+        # (a sixth of the kernel's instructions, and its spills under Triton 3.8: tools/kernel_static.py,
+        # docs/results/kernel-static-2026-12-05-store/).
+        k_bad = ks != ks  # noqa: PLR0124 - the NaN test Triton lowers everywhere
+        x_lo = tl.where(k_bad[:, None], 0.0, k_lo)
+        x_hi = tl.where(k_bad[:, None], 0.0, k_hi)
+
         # Keys: per channel over tokens 1..BS-1
-        x_lo, bad_lo = saturate(k_lo)
-        x_hi, bad_hi = saturate(k_hi)
         stat = t[:, None] > 0
         mn_lo = fp16_down(tl.min(tl.where(stat, x_lo, float("inf")), axis=0))
         mn_hi = fp16_down(tl.min(tl.where(stat, x_hi, float("inf")), axis=0))
         s_lo = fp16_up((tl.max(tl.where(stat, x_lo, -float("inf")), axis=0) - mn_lo) / 15.0)
         s_hi = fp16_up((tl.max(tl.where(stat, x_hi, -float("inf")), axis=0) - mn_hi) / 15.0)
-        s_lo = tl.where(tl.max((bad_lo & stat).to(tl.int32), axis=0) > 0, float("nan"), s_lo)
-        s_hi = tl.where(tl.max((bad_hi & stat).to(tl.int32), axis=0) > 0, float("nan"), s_hi)
+        k_poisoned = tl.max((k_bad & (t > 0)).to(tl.int32), axis=0) > 0  # every channel of the block
+        s_lo = tl.where(k_poisoned, float("nan"), s_lo)
+        s_hi = tl.where(k_poisoned, float("nan"), s_hi)
         q_lo = tl.minimum(tl.maximum(tl.floor((x_lo - mn_lo[None, :]) * safe_inverse(s_lo)[None, :] + 0.5), 0.0), 15.0)
         q_hi = tl.minimum(tl.maximum(tl.floor((x_hi - mn_hi[None, :]) * safe_inverse(s_hi)[None, :] + 0.5), 0.0), 15.0)
         packed = q_lo.to(tl.uint8) | (q_hi.to(tl.uint8) << 4)
         # Values: per token, symmetric; token 0 in 8 bits (s4kv.format): the low nibbles in its value
         # code row, the high nibbles in its key code row (unused: the key is exact)
-        y_lo, vbad_lo = saturate(v_lo)
-        y_hi, vbad_hi = saturate(v_hi)
+        v_bad = vs != vs  # noqa: PLR0124
+        y_lo = tl.where(v_bad[:, None], 0.0, v_lo)
+        y_hi = tl.where(v_bad[:, None], 0.0, v_hi)
         amax = tl.maximum(tl.max(tl.abs(y_lo), axis=1), tl.max(tl.abs(y_hi), axis=1))
         first_tok = t == 0
         vs = fp16_up(amax / tl.where(first_tok, 127.5, 7.5))
-        vbad = (tl.max(vbad_lo.to(tl.int32), axis=1) + tl.max(vbad_hi.to(tl.int32), axis=1)) > 0
-        vs = tl.where(vbad, float("nan"), vs)
+        vs = tl.where(v_bad, float("nan"), vs)
         vinv = safe_inverse(vs)[:, None]
         # one grid per row: codes 0..15 (offset 8), token 0 codes 0..255 (offset 128)
         top = tl.where(first_row, 255.0, 15.0)
