@@ -15,6 +15,10 @@
 #   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh
 #   carry [".gpu/t38/before", ".gpu/t38/early", ".gpu/t38/SHA256SUMS"]
 #   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh triton36
+# the block store before and after its per-row saturation (43a54de, docs/results/kernel-static-2026-12-05-store/),
+# under both Tritons (.gpu/t38/before is 90fe100's s4kv, which has the store before it):
+#   carry [".gpu/t38/before", ".gpu/t38/SHA256SUMS"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store
 # and, in a call of its own, the GPU kernel tests under Triton 3.8 (the mma.sync path on sm90 has not
 # run on a GPU under 3.8):
 #   carry [".gpu/t38/SHA256SUMS"]
@@ -32,6 +36,23 @@ if [ "${1:-}" = tests ]; then
   PYTHONPATH=$PWD:/tmp/t380 timeout 540 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_kernels.py \
     tests/test_code_unpack.py >"$OUT/tests-triton38.log" 2>&1
   echo "tests under Triton 3.8: rc=$?"; tail -n 5 "$OUT/tests-triton38.log"
+  exit 0
+fi
+if [ "${1:-}" = store ]; then
+  # the block store's device time when every decode row completes its unit (tools/gpu/host_overhead.py,
+  # as run-on-device.sh store-warps), each tree under each Triton, twice
+  for pass in 1 2; do
+    for t in 3.6 3.8; do
+      for tree in before after; do
+        dir=.gpu/t38/before; [ $tree = after ] && dir=.
+        tp=$(triton_of $t)
+        PYTHONPATH="$dir${tp:+:$tp}" timeout 120 python3 tools/gpu/host_overhead.py --kv int4_kivi --decodes 32,64 \
+          --chunks 0,0 --json "$W/store-$tree-triton$t-$pass.json" >"$W/store-$tree-triton$t-$pass.log" 2>&1
+        echo "== store $tree Triton $t pass $pass rc=$?"; grep -i "store" "$W/store-$tree-triton$t-$pass.log" | tail -n 4
+        tar -C $W -czf "$OUT/lease.tgz" .
+      done
+    done
+  done
   exit 0
 fi
 PTS="--contexts 1024,8192,32768,8256,32704 --batches 64,32,8,32,8"
