@@ -1,4 +1,5 @@
-"""The inline PTX that turns packed code bytes into dot operands (s4kv.kernels.code_ptx).
+"""The kernels' inline PTX (s4kv.kernels.code_ptx): packed code bytes into dot operands, and the
+saturating fp16 conversion.
 
 CI has no GPU and Triton's interpreter cannot run inline assembly, so these programs run here
 through an emulator of exactly the PTX instructions they use; every byte value in every byte
@@ -15,7 +16,7 @@ import torch
 if not torch.cuda.is_available():  # importing s4kv.kernels imports Triton, which reads this once
     os.environ["TRITON_INTERPRET"] = "1"
 
-from s4kv.kernels.code_ptx import CODE_BIAS, unpack_ptx
+from s4kv.kernels.code_ptx import CODE_BIAS, FP16_SATFINITE, unpack_ptx
 
 MASK = 0xFFFFFFFF
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -35,6 +36,20 @@ def _word(lanes: torch.Tensor, dtype: torch.dtype) -> int:
 def _prmt(a: int, b: int, sel: int) -> int:
     pool = (b << 32 | a).to_bytes(8, "little")
     return int.from_bytes(bytes(pool[(sel >> (4 * i)) & 0x7] for i in range(4)), "little")
+
+
+def _f32(bits: int) -> torch.Tensor:
+    return torch.tensor([bits], dtype=torch.int64).to(torch.int32).view(torch.float32)
+
+
+def _f16_satfinite(bits: int) -> int:
+    """cvt.rn.satfinite.f16.f32 of one fp32 bit pattern (PTX ISA: round to nearest even; a finite or
+    infinite result beyond the largest finite fp16 is that value with its sign; NaN stays NaN)."""
+    x = _f32(bits)
+    h = x.to(torch.float16)
+    if torch.isinf(h).item():
+        h = torch.tensor([65504.0], dtype=torch.float16) * (1 if x.item() > 0 else -1)
+    return int(h.view(torch.int16).to(torch.int32).item()) & 0xFFFF
 
 
 def run_ptx(program: str, inputs: dict[str, int]) -> dict[str, int]:
@@ -63,6 +78,8 @@ def run_ptx(program: str, inputs: dict[str, int]) -> dict[str, int]:
             r = x[0] >> x[1]
         elif op == "prmt.b32":
             r = _prmt(x[0], x[1], x[2])
+        elif op == "cvt.rn.satfinite.f16x2.f32":  # PTX ISA: the first source into the upper half
+            r = _f16_satfinite(x[1]) | _f16_satfinite(x[0]) << 16
         else:
             raise AssertionError(f"the emulator does not know {op!r}: extend it before using it")
         regs[d] = r
@@ -112,3 +129,20 @@ def test_emulator_prmt_and_lanes():
     assert one_and_two == 0x40003F80
     assert _lanes(one_and_two, torch.bfloat16).tolist() == [1.0, 2.0]
     assert run_ptx("{\nshr.u32 r, a, 4;\nand.b32 r, r, 0x0F0F0F0F;\n}", {"a": 0xA1B2C3D4})["r"] == 0x0A0B0C0D
+
+
+def test_the_saturating_fp16_conversion_is_clamp_then_round_in_element_order():
+    # quant.to_fp16_saturated: Triton packs two elements as $1 (first) and $2; the first must come out
+    # in the low lane, as the element order of a 16-bit tensor in one register has it
+    values = [0.0, -0.0, 1.0, -2.5, 1e-8, -6e-8, 3.14159, 65504.0, -65504.0, 65519.0, 65520.0, -70000.0,
+              1e30, float("inf"), float("-inf"), float("nan"), 2.0 ** -24, 0.1]
+    for first in values:
+        for second in values:
+            x = torch.tensor([first, second], dtype=torch.float32)
+            bits = x.view(torch.int32).tolist()
+            out = run_ptx(FP16_SATFINITE, {"$1": bits[0] & MASK, "$2": bits[1] & MASK})["$0"]
+            got = _lanes(out, torch.float16)
+            want = torch.where(x > 65504, 65504.0, torch.where(x < -65504, -65504.0, x)).to(torch.float16).double()
+            assert torch.equal(got.isnan(), want.isnan()), (first, second, got)
+            ok = ~want.isnan()
+            assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit()), (first, second, got)

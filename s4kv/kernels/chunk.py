@@ -32,10 +32,10 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
 from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
-from s4kv.kernels.quant import clamp_fp16, rotate_halves
+from s4kv.kernels.quant import clamp_fp16, rotate_halves, to_fp16_saturated
 from s4kv.kernels.store import store_blocks
 from s4kv.kernels.window import load_window_rows, window_constants
 from s4kv.kernels.workspace import ReservedWorkspace
@@ -57,7 +57,7 @@ def _stage_kernel(
     V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
     FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     UNIT: tl.constexpr, HKV: tl.constexpr, SLOTS: tl.constexpr, W_V_CODES: tl.constexpr,
-    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr, KIND: tl.constexpr,
+    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr, KIND: tl.constexpr, USE_PTX: tl.constexpr,
 ):
     page = tl.program_id(0)
     h = tl.program_id(1)
@@ -69,7 +69,8 @@ def _stage_kernel(
     t = tl.arange(0, BS)
     c = tl.arange(0, HALF)
     dst = page.to(tl.int64) * stride_pp + t[:, None] * stride_pt + h * stride_ph + c[None, :]
-    odt = kp_ptr.dtype.element_ty
+    # staged values are clamped to the fp16 range as they are converted (to_fp16_saturated)
+    tl.static_assert(kp_ptr.dtype.element_ty == tl.float16)
     if kind == 0:  # a complete block: unpack, dequantize, rotate back (x = x_rot @ R^T)
         block_id = tl.load(block_table_ptr + row * stride_bt + b).to(tl.int64)
         region = cache_ptr + block_id * stride_cb + h * stride_ch
@@ -86,8 +87,8 @@ def _stage_kernel(
         k_lo = tl.where(first, clamp_fp16(tl.load(fk + c).to(tl.float32))[None, :], k_lo)
         k_hi = tl.where(first, clamp_fp16(tl.load(fk + HALF + c).to(tl.float32))[None, :], k_hi)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
-        tl.store(kp_ptr + dst, clamp_fp16(k_lo).to(odt))
-        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi).to(odt))
+        tl.store(kp_ptr + dst, to_fp16_saturated(k_lo, USE_PTX))
+        tl.store(kp_ptr + dst + HALF, to_fp16_saturated(k_hi, USE_PTX))
         vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
         # (code - 7.5) is exact in 16 bits and so is its product with +-1: the only rounding before the
         # per-token scale is fp32 accumulation. Token 0's value is 8-bit codes (code - 127.5, exact
@@ -96,26 +97,34 @@ def _stage_kernel(
         v_hi = (vc >> 4).to(tl.float32) + tl.where(first, 16.0 * (kc >> 4).to(tl.float32) - 120.0, 0.0) - 7.5
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
-        tl.store(vp_ptr + dst, clamp_fp16(v_lo * vs).to(odt))
-        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * vs).to(odt))
+        tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * vs, USE_PTX))
+        tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * vs, USE_PTX))
     else:  # a block's window rows (the old window's, then this step's), zeros after them
         q_start = tl.load(qsl_ptr + row)
         seq_len = tl.load(seq_lens_ptr + row)
         ctx = seq_len - (tl.load(qsl_ptr + row + 1) - q_start)
         pos = b * BS + t
         unit_block = ctx // UNIT * (UNIT // BS)  # the old window's unit: the only one partly there
-        k_lo, k_hi, w_ks, v_lo, v_hi, w_vs = load_window_rows(
+        live = (pos >= ctx) & (pos < seq_len)
+        # keys, then values: one half's four [BS, HALF] tiles live at a time (with both loaded first,
+        # the kernel spilled 0.4-1.7 KB per thread, tools/kernel_static.py); the values' loads come
+        # from a second call, after the keys' stores (the keys' outputs of it are never used)
+        k_lo, k_hi, w_ks, _, _, _ = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
-            pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, (pos >= ctx) & (pos < seq_len), c,
+            pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
             HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
         # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
         # number, so it goes on after the rotation (as the pages' value scales do)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        tl.store(kp_ptr + dst, to_fp16_saturated(k_lo * w_ks[:, None], USE_PTX))
+        tl.store(kp_ptr + dst + HALF, to_fp16_saturated(k_hi * w_ks[:, None], USE_PTX))
+        _, _, _, v_lo, v_hi, w_vs = load_window_rows(
+            cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
+            pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
+            HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
-        tl.store(kp_ptr + dst, clamp_fp16(k_lo * w_ks[:, None]).to(odt))
-        tl.store(kp_ptr + dst + HALF, clamp_fp16(k_hi * w_ks[:, None]).to(odt))
-        tl.store(vp_ptr + dst, clamp_fp16(v_lo * w_vs[:, None]).to(odt))
-        tl.store(vp_ptr + dst + HALF, clamp_fp16(v_hi * w_vs[:, None]).to(odt))
+        tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * w_vs[:, None], USE_PTX))
+        tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * w_vs[:, None], USE_PTX))
 
 
 class ChunkWorkspace(ReservedWorkspace):
@@ -151,7 +160,8 @@ def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: in
         BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
         V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
         FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
-        UNIT=fmt.UNIT, HKV=hkv, **window_constants(d), KIND=kind, **launch_options("stage", d, kc.device),
+        UNIT=fmt.UNIT, HKV=hkv, **window_constants(d), KIND=kind, USE_PTX=not interpreted(),
+        **launch_options("stage", d, kc.device),
     )
 
 

@@ -1,6 +1,7 @@
-"""Inline PTX that turns packed 4-bit code bytes into 16-bit float dot operands (text only: the
-Triton helper that uses it is s4kv.kernels.quant.biased_code_operands; CPU tests run it
-through an instruction emulator without importing any kernel)."""
+"""Inline PTX of the kernels (text only): packed 4-bit code bytes into 16-bit float dot operands
+(used by s4kv.kernels.quant.biased_code_operands) and the saturating fp16 conversion
+(s4kv.kernels.quant.to_fp16_saturated). CPU tests run them through an instruction emulator
+without importing any kernel (tests/test_code_unpack.py)."""
 
 # Packed code bytes -> dot operands B + c, 4 codes of one half per inline-PTX block, without the
 # integer-to-float conversion (a quarter-rate instruction per code, which bounded the decode loop).
@@ -35,3 +36,10 @@ def unpack_ptx(dtype: str, half: str) -> str:
     lines = [".reg .b32 x, hb;", f"mov.b32 hb, {_HIGH_BYTE[dtype] * 0x01010101:#010x};", *_NIBBLES[dtype, half],
              "prmt.b32 $0, x, hb, 0x4140;", "prmt.b32 $1, x, hb, 0x4342;"]
     return "{\n" + "\n".join(lines) + "\n}"
+
+
+# fp32 pair -> fp16 pair, rounded to nearest, clamped to +-65504, NaN kept: what clamp_fp16(x).to(fp16)
+# gives (a value that rounds past 65504 is clamped before or after rounding alike), one conversion per
+# two elements instead of a compare, a min and a select per element. Triton hands a pack of two
+# elements over as $1, $2 in element order; cvt puts its first source in the high half, so $2 goes first.
+FP16_SATFINITE = "cvt.rn.satfinite.f16x2.f32 $0, $2, $1;"

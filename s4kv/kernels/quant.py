@@ -4,6 +4,7 @@ rotation, and the code operands of the attention dots."""
 import triton
 import triton.language as tl
 
+from s4kv.kernels.code_ptx import FP16_SATFINITE as _FP16_SATFINITE
 from s4kv.kernels.code_ptx import unpack_ptx
 
 FP16_MAX = tl.constexpr(65504.0)
@@ -48,6 +49,20 @@ def clamp_fp16(x):
     """x clamped to the finite fp16 range with NaN kept as NaN (comparisons with NaN are false),
     unlike `saturate`, which zeroes NaN for the quantizer and reports it in a mask."""
     return tl.where(x > FP16_MAX, FP16_MAX, tl.where(x < -FP16_MAX, -FP16_MAX, x))
+
+
+FP16_SATFINITE = tl.constexpr(_FP16_SATFINITE)
+
+
+@triton.jit
+def to_fp16_saturated(x, USE_PTX: tl.constexpr):
+    """x (fp32) -> fp16 inside the finite range with NaN kept (clamp_fp16 then the conversion).
+    USE_PTX: one inline-PTX conversion per two elements (s4kv.kernels.code_ptx.FP16_SATFINITE); else
+    Triton operations (the interpreter)."""
+    if USE_PTX:
+        return tl.inline_asm_elementwise(FP16_SATFINITE, "=r,r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
+    else:
+        return clamp_fp16(x).to(tl.float16)
 
 
 @triton.jit
