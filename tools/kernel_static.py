@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import linecache
 import os
@@ -240,11 +241,12 @@ def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
 
 
-def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+def stage_variant(cc: int, shape: str, dtype: str, options: dict, window: bool = False) -> dict:
     """Compile the chunk path's stage kernel (int4 pages -> 16-bit scratch pages for FlashAttention)
-    for one launch configuration; loop facts of its largest loop, if any."""
+    for one launch configuration; loop facts of its largest loop, if any. window: its other
+    specialization, which stages blocks from their 8-bit window rows (KIND = WINDOW)."""
     from s4kv.kernels import chunk
-    from s4kv.kernels.chunk_plan import PAGE, plan_chunks, to_device
+    from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 
     _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
@@ -255,8 +257,13 @@ def stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     kp = torch.zeros(len(wave.jobs), 128, hkv, d, dtype=chunk.STAGE_DTYPE)
     kern, opts = _compiled(cc, "stage", d, options, chunk._stage_kernel,
                            lambda: chunk.stage_pages(wave, _step_rows(rows * qlen, hkv, d), regions, md, dt, kp,
-                                                     kp.clone(), PAGE))
+                                                     kp.clone(), WINDOW if window else PAGE))
     return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
+
+
+def stage_window_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """The stage kernel's window specialization (the chunk's own blocks and the old window, from rows)."""
+    return stage_variant(cc, shape, dtype, options, window=True)
 
 
 def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
@@ -308,12 +315,18 @@ def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, None)
 
 
-VARIANTS = {"decode": decode_variant, "stage": stage_variant, "store": store_variant, "rows": rows_variant,
+VARIANTS = {"decode": decode_variant, "stage": stage_variant, "stage-window": stage_window_variant,
+            "store": store_variant, "rows": rows_variant,
             "append": append_variant}
 
 
 def _sass(kern) -> str:
-    return _cuobjdump(kern.kernel, "-sass")
+    return _sass_of(kern.kernel)
+
+
+@functools.lru_cache(maxsize=8)
+def _sass_of(cubin: bytes) -> str:  # a kernel's page loop and its facts both read it
+    return _cuobjdump(cubin, "-sass")
 
 
 def _compile(launch) -> None:
@@ -373,11 +386,16 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
     buffers = [int(n) for n in re.findall(r"ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+xi8",
                                            kern.asm["ttgir"])]
     top = {op: n for op, n in page.most_common(12)}
+    # the whole kernel's static instructions and local-memory (spill) traffic: kernels without a page
+    # loop (stage) are compared by these
+    ops = [op for _, op in parse_sass(_sass(kern))]
     return {
         "arch": f"sm{cc}", "gpu": ARCH[cc]["name"], "shape": shape, "dtype": dtype, "options": options,
         "num_warps": nw, "registers": regs, "spill_bytes": spills, "shared_bytes": kern.metadata.shared,
         "programs_per_sm": occupancy(cc, regs, kern.metadata.shared, nw),
         "code_tile_buffers": max(buffers, default=0),
+        "instructions": len(ops), "local_loads": sum(op.startswith("LDL") for op in ops),
+        "local_stores": sum(op.startswith("STL") for op in ops),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
                       "wgmma_per_warp": sum(n for op, n in page.items() if op.startswith("HGMMA")),
@@ -391,7 +409,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="decode", help="decode, stage, store, rows, append (comma-separated)")
+    ap.add_argument("--kernel", default="decode", help="decode, stage, stage-window, store, rows, append (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")
@@ -410,7 +428,7 @@ def main(argv=None) -> int:
     import s4kv
 
     print(f"triton {triton.__version__}; s4kv from {os.path.dirname(s4kv.__file__)}", flush=True)
-    print(f"{'kernel':>7} {'arch':>5} {'shape':>11} {'dtype':>5} {'options':<40} {'regs':>4} {'spill':>5} {'smem':>6} "
+    print(f"{'kernel':>12} {'arch':>5} {'shape':>11} {'dtype':>5} {'options':<40} {'regs':>4} {'spill':>5} {'smem':>6} "
           f"{'prog/SM':>7} {'bufs':>4} {'loop/warp':>9} {'loop/prog':>9} {'mma':>4} {'i2f':>4} {'bar':>4}")
     for cc in map(int, args.arch.split(",")):
         driver.set_active(CompileOnlyDriver(cc))
@@ -422,7 +440,7 @@ def main(argv=None) -> int:
                     r = {**variant(cc, shape, dtype, opts), "kernel": kernel}
                     rows.append(r)
                     lp = r["page_loop"]
-                    print(f"{kernel:>7} {r['arch']:>5} {shape:>11} {dtype:>5} {json.dumps(r['options']):<40} {r['registers']:4d} "
+                    print(f"{kernel:>12} {r['arch']:>5} {shape:>11} {dtype:>5} {json.dumps(r['options']):<40} {r['registers']:4d} "
                           f"{r['spill_bytes']:5d} {r['shared_bytes']:6d} {r['programs_per_sm']:7d} "
                           f"{r['code_tile_buffers']:4d} "
                           f"{lp['instructions_per_warp']:9d} {lp['instructions_per_program']:9d} "
