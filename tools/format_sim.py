@@ -157,8 +157,6 @@ VARIANTS = {
     "first_value8+tail8own+unit2+f64": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "f64": 1},
     "first_value8+sinkkey+kmin64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kmin64": 1, "tail8": 1,
                                                    "own8": 1, "unit": 2},
-    # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
-    # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
     # block 0 (the attention sink) in 8 bits in two pages, or exact (16-bit), with the units of two
     "first_value8+tail8own+unit2+sink8": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "sink_bits": 8},
     "first_value8+tail8own+unit2+sink128": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "sink": 128},
@@ -167,6 +165,8 @@ VARIANTS = {
     "first_value8+tail8own+unit2+xnorm": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "norm"},
     "first_value8+tail8own+unit2+xrange": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "range"},
     "first_value8+tail8own+unit2+xoracle": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "xtok": "oracle"},
+    # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
+    # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
     "first_value8+tail8own+unit3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 3},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
@@ -410,10 +410,10 @@ def kivi_sdpa(q, k, v, scale, var):
     hkv = k.shape[0]
     g = hq // hkv
     nb = t // BS
+    pos = torch.arange(t)
     if var.get("xtok") == "oracle":  # the attention mass each key receives, exact attention
-        pos_ = torch.arange(t)
         s0 = (torch.matmul(q.float(), k.float().repeat_interleave(g, 0).transpose(-1, -2)) * scale)
-        p0 = torch.softmax(s0.masked_fill(pos_[None, :] > pos_[:, None], float("-inf")), -1)
+        p0 = torch.softmax(s0.masked_fill(pos[None, :] > pos[:, None], float("-inf")), -1)
         var = {**var, "_mass": p0.sum(1).reshape(hkv, g, t).sum(1)}
     if var.get("tail8"):  # what the tail holds (and a completing block is quantized from)
         assert not (var.get("tail_k") or var.get("tail_v")), "tail8 replaces tail_k / tail_v"
@@ -421,7 +421,6 @@ def kivi_sdpa(q, k, v, scale, var):
         kq, vq = fake_quantize(fmt.unrotate(k8r[:, :nb * BS]).to(k.dtype), fmt.unrotate(v8r[:, :nb * BS]).to(v.dtype), var)
     else:
         kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
-    pos = torch.arange(t)
     boundary = ((pos + 1) // BS) * BS  # first exact position for each query (the position rule)
     unit = var.get("unit", 1) * BS
     if unit > BS:
