@@ -249,3 +249,23 @@ def test_xtok_keeps_the_chosen_token_exact_per_head_and_first_is_the_shipped_rul
     v4 = shipped[1]  # the values do not depend on the keys' outlier
     assert (vn[1, BS + 37] - vr[1, BS + 37]).abs().max() < (v4[1, BS + 37] - vr[1, BS + 37]).abs().max() / 8
     assert torch.equal(kn[:, :BS], k0[:, :BS]) and torch.equal(vn[:, :BS], shipped[1][:, :BS])
+
+
+def test_kbias_key_variance_is_the_rounding_error_and_no_quantized_key_means_no_bias():
+    k, v = _kv()
+    shipped = format_sim.VARIANTS["first_value8+tail8own+unit2"]
+    kq, _, kvar = format_sim.fake_quantize(k, v, shipped, key_variance=True)
+    assert torch.equal(kq, format_sim.fake_quantize(k, v, shipped)[0])
+    err = (kq - fmt.rotate(k.float())).square().reshape(2, 3, BS, -1)
+    kvar = kvar.reshape(2, 3, BS, -1)
+    assert (kvar[:, :, 0] == 0).all()  # the exact first keys
+    ratio = err[:, :, 1:].mean(dim=2) / kvar[:, :, 1:].mean(dim=2)  # per (head, block, channel)
+    assert 0.85 < float(ratio.mean()) < 1.15
+    # with every key exact there is nothing to correct: the same output to the bit
+    torch.manual_seed(0)
+    q = torch.randn(4, 3 * BS, 64).bfloat16()
+    exact_keys = {"first_value": 8, "kq": 0}
+    assert torch.equal(format_sim.kivi_sdpa(q, k, v, 0.125, exact_keys),
+                       format_sim.kivi_sdpa(q, k, v, 0.125, {**exact_keys, "kbias": 1}))
+    assert not torch.equal(format_sim.kivi_sdpa(q, k, v, 0.125, shipped),
+                           format_sim.kivi_sdpa(q, k, v, 0.125, {**shipped, "kbias": 1}))

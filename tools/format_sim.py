@@ -66,6 +66,12 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               block's per-channel ranges the most, "oracle" the token the exact attention weights
               most (not computable at store time: the bound on what any rule could gain); with
               first_value=8, the first key's slot and no other first-key knob
+  kbias       1: every quantized key's logit lowered by half its expected error variance,
+              (scale_attn^2 / 2) * sum_c q_c^2 * step_c^2 / 12 (the rounding error of a step-`step` code is
+              uniform, variance step^2 / 12): a zero-mean error e on a logit inflates its expected
+              softmax weight by E[exp(e)] ~ exp(var / 2), so pages (4-bit steps) outweigh the exact keys
+              (the sink) and the 8-bit window in expectation; the correction takes that bias out
+              from what a page already stores (the steps), no byte more
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -168,6 +174,21 @@ VARIANTS = {
     # units of three blocks (0..383 positions off the pages): 383 8-bit rows need 6 window pages
     # instead of 4 (d128: 99,580 B in regions of 17,408), two more pages per request
     "first_value8+tail8own+unit3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 3},
+    # every quantized key's logit lowered by half its expected error variance (kbias)
+    "first_value8+tail8own+unit2+kbias": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kbias": 1},
+    # finer key statistics with the units of two: per 64 tokens (+4 B), or per 64 in the first-key slot
+    # of blocks 1.. and block 0's sink key exact (+2 B)
+    "first_value8+tail8own+unit2+kblock64": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kblock": 64},
+    "first_value8+sinkkey+kblock64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kblock": 64, "tail8": 1,
+                                                      "own8": 1, "unit": 2},
+    # which part of the units-of-two format costs what: its page keys exact, its page values exact,
+    # its window exact (16-bit rows)
+    "first_value8+tail8own+unit2+keys_exact": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kq": 0},
+    "first_value8+tail8own+unit2+values_exact": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "vq": 0},
+    "first_value8+unit2": {"first_value": 8, "unit": 2},
+    # the page keys finer: 5-bit key codes paid with 3-bit values (the same bytes), or on top (+16 B)
+    "first_value8+tail8own+unit2+k5v3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kbits": 5, "vbits": 3},
+    "first_value8+tail8own+unit2+k5": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kbits": 5},
     "first_value8+tail8+recent256": {"first_value": 8, "tail8": 1, "recent": 256},
     "first_value8+k5": {"first_value": 8, "kbits": 5},
     "first_value8+kfit3": {"first_value": 8, "kfit": 3},
@@ -339,9 +360,11 @@ def _exact_token(kb: torch.Tensor, var: dict) -> torch.Tensor:
     return idx
 
 
-def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
+def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict, key_variance: bool = False):
     """k, v [H, T, D] exact (model dtype), T a multiple of BS -> dequantized k, v fp32 in the
-    rotated basis (keys in the model's basis with krot=0), [H, T, D], as the variant stores them."""
+    rotated basis (keys in the model's basis with krot=0), [H, T, D], as the variant stores them;
+    key_variance: also every key element's expected rounding-error variance [H, T, D] (step^2 / 12,
+    0 for keys kept exact), from the statistics the page stores (min-max, per block only)."""
     h, t, d = k.shape
     nb = t // BS
     kb = (fmt.rotate(k) if var.get("krot", 1) else k.float()).reshape(h, nb, BS, d)
@@ -401,7 +424,17 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict):
         kq = k16
     if var.get("vq", 1) == 0:
         vq = v16
-    return kq.reshape(h, t, d), vq.reshape(h, t, d)
+    if not key_variance:
+        return kq.reshape(h, t, d), vq.reshape(h, t, d)
+    assert tb == BS and not (var.get("kfit") or var.get("kstat8") or var.get("kmin64") or var.get("sink_bits")
+                             or var.get("xtok")), "key variance: the shipped per-block min-max statistics only"
+    mn, mx = _masked_range(x, _token_mask(excl))
+    step = fmt.fp16_up((mx - mn) / klev)  # [H, NB, D]
+    kvar = (step.square() / 12).unsqueeze(-2).expand(h, nb, BS, d)
+    kvar = torch.where(_token_mask(kx), 0.0, kvar)
+    if var.get("kq", 1) == 0:
+        kvar = torch.zeros_like(kvar)
+    return kq.reshape(h, t, d), vq.reshape(h, t, d), kvar.reshape(h, t, d)
 
 
 def kivi_sdpa(q, k, v, scale, var):
@@ -418,9 +451,10 @@ def kivi_sdpa(q, k, v, scale, var):
     if var.get("tail8"):  # what the tail holds (and a completing block is quantized from)
         assert not (var.get("tail_k") or var.get("tail_v")), "tail8 replaces tail_k / tail_v"
         k8r, v8r = fmt.window_round_trip(k), fmt.window_round_trip(v)  # the format's window rows
-        kq, vq = fake_quantize(fmt.unrotate(k8r[:, :nb * BS]).to(k.dtype), fmt.unrotate(v8r[:, :nb * BS]).to(v.dtype), var)
+        kq, vq, *kvar = fake_quantize(fmt.unrotate(k8r[:, :nb * BS]).to(k.dtype),
+                                      fmt.unrotate(v8r[:, :nb * BS]).to(v.dtype), var, bool(var.get("kbias")))
     else:
-        kq, vq = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var)
+        kq, vq, *kvar = fake_quantize(k[:, :nb * BS], v[:, :nb * BS], var, bool(var.get("kbias")))
     boundary = ((pos + 1) // BS) * BS  # first exact position for each query (the position rule)
     unit = var.get("unit", 1) * BS
     if unit > BS:
@@ -456,6 +490,15 @@ def kivi_sdpa(q, k, v, scale, var):
     s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
+    if var.get("kbias"):  # minus half each quantized logit's expected error variance (in s * scale units)
+        q2 = qr.square()
+        bias = torch.zeros_like(s)
+        bias[:, :, :nb * BS] = torch.where(use_q, torch.matmul(q2, kvar[0].to(ft).repeat_interleave(g, 0).transpose(-1, -2)), 0.0)
+        if var.get("tail8"):  # the window's rows: one step per token, every channel
+            step8 = fmt.quantize_window(k)[1].to(ft).repeat_interleave(g, 0)  # [Hq, T]
+            wvar = q2.sum(-1, keepdim=True) * (step8.square() / 12)[:, None, :]
+            bias = torch.where(tail, wvar, bias)
+        s = s - 0.5 * scale * bias
     s = (s * scale).masked_fill(pos[None, :] > pos[:, None], float("-inf"))
     p = torch.softmax(s, dim=-1)
     pq = torch.where(use_q, p[:, :, :nb * BS], 0.0)
