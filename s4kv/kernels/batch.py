@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from s4kv import format as fmt
@@ -47,16 +48,21 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
     from s4kv.kernels.decode import num_splits
 
     n = md.num_reqs
-    qlens = (md.query_start_loc_cpu[1:n + 1] - md.query_start_loc_cpu[:n])
     if uniform_decode:
         md.num_decodes, md.max_new_blocks, md.decode_stores = n, 1, 1
-    else:
-        not_decode = (qlens != 1).nonzero()
+    elif n:
+        # numpy views of the host copies: on arrays this small a torch CPU op costs several times a
+        # numpy one, and this runs on the host before every mixed or prefill step (tools/plan_time.py)
+        qsl = md.query_start_loc_cpu.numpy()
+        seq = md.seq_lens_cpu.numpy()[:n].astype(np.int64)
+        qlens = qsl[1:n + 1] - qsl[:n]
+        not_decode = np.flatnonzero(qlens != 1)
         md.num_decodes = int(not_decode[0]) if len(not_decode) else n
-        seq = md.seq_lens_cpu[:n]
         ctx = seq - qlens
-        md.max_new_blocks = int(((seq // fmt.UNIT - ctx // fmt.UNIT) * fmt.UNIT_BLOCKS).max()) if n else 0
+        md.max_new_blocks = int(((seq // fmt.UNIT - ctx // fmt.UNIT) * fmt.UNIT_BLOCKS).max())
         # a decode row completes its unit when its new token is the unit's last
         md.decode_stores = int(bool((seq[:md.num_decodes] % fmt.UNIT == 0).any()))
+    else:
+        md.num_decodes = md.max_new_blocks = md.decode_stores = 0
     md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
     return md

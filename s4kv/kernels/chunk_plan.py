@@ -24,6 +24,7 @@ one row). Everything here depends on lengths only, so one plan serves every laye
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -66,70 +67,85 @@ class Wave:
         self.max_seqlen_k = int(self.seqused_k.max())
 
 
-def _row_groups(ctx: int, seq_len: int):
-    """(first position, last position, g) of every non-empty group of a row's queries ctx..seq_len-1."""
-    unit = fmt.UNIT
-    for g in range((ctx + 1) // unit, seq_len // unit + 1):
-        p0, p1 = max(ctx, g * unit - 1), min(seq_len - 1, g * unit + unit - 2)
-        if p0 <= p1:
-            yield p0, p1, g
-
-
-def _window_blocks(g: int, p1: int) -> list[int]:
-    """The blocks of unit g whose rows a group reaching position p1 reads."""
-    return [b for b in range(fmt.UNIT_BLOCKS * g, fmt.UNIT_BLOCKS * (g + 1)) if p1 >= b * fmt.BLOCK_SIZE]
-
-
 def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: int,
                 capacity: int | None) -> list[Wave]:
     """Waves for the batch rows first_row.. (host copies of the metadata; rows with no query are
-    skipped). `capacity`: scratch pages a wave may use (None: no limit, one wave)."""
-    waves: list[Wave] = []
-    cur: dict | None = None
+    skipped). `capacity`: scratch pages a wave may use (None: no limit, one wave).
 
-    def close():
-        if cur and cur["groups"]:
-            width = max(len(p) for p in cur["groups"])
-            table = np.zeros((len(cur["groups"]), width), dtype=np.int32)
-            for i, pages in enumerate(cur["groups"]):
-                table[i, :len(pages)] = pages
-            waves.append(Wave(cur["tok0"], cur["tok1"], cur["row0"], cur["row1"], cur["new"],
-                              np.asarray(cur["jobs"], dtype=np.int32).reshape(-1, 3),
-                              np.asarray(cur["cu"], dtype=np.int32), np.asarray(cur["used"], dtype=np.int32),
-                              table))
+    Closed forms, vectorized over rows, groups and pages: the plan is host time in every step with a
+    chunk row, and built page by page in Python it took 80-440 µs per step (tools/plan_time.py).
+    Per row with context ctx and length L (queries ctx..L-1):
+    - groups g = g0 .. L // UNIT with g0 = (ctx + 1) // UNIT, none of them empty: g's queries are
+      max(ctx, g*UNIT - 1) .. min(L - 1, g*UNIT + UNIT - 2);
+    - pages: blocks 0 .. n_full - 1 (n_full = L // UNIT * UNIT_BLOCKS), then the window blocks
+      UNIT_BLOCKS*g0 .. (L - 1) // BLOCK_SIZE: each group reads the blocks of its unit that its last
+      query reaches, and over the row's groups those are consecutive;
+    - group g's key pages: the row's first UNIT_BLOCKS*g pages, then its unit's window blocks up to
+      its last query, window block b being the row's page n_full + b - UNIT_BLOCKS*g0."""
+    unit, ub = fmt.UNIT, fmt.UNIT_BLOCKS
+    n = len(seq_lens)
+    q_start = np.asarray(query_start_loc[first_row:n + 1], dtype=np.int64)
+    seq = np.asarray(seq_lens[first_row:n], dtype=np.int64)
+    qlen = q_start[1:] - q_start[:-1]
+    rows = np.arange(first_row, n)
+    has_query = qlen > 0
+    if not has_query.all():
+        rows, seq, qlen, q_start = rows[has_query], seq[has_query], qlen[has_query], q_start[:-1][has_query]
+        if not len(rows):
+            return []
+    ctx = seq - qlen
+    g0 = (ctx + 1) // unit
+    n_full = seq // unit * ub
+    need = n_full + (seq - 1) // fmt.BLOCK_SIZE + 1 - ub * g0  # pages of the row: n_full + its window blocks
+    if capacity is not None and int(need.max()) > capacity:
+        i = int(np.argmax(need > capacity))
+        raise RuntimeError(f"int4_kivi chunk attention: a row of {int(seq[i])} tokens ({int(qlen[i])} new) needs "
+                           f"{int(need[i])} scratch pages, {capacity} reserved")
+    # waves: as many consecutive rows as fit the capacity (a row starts a new wave when it does not)
+    bounds = [0]
+    if capacity is not None and int(need.sum()) > capacity:
+        used = 0
+        for i, pages in enumerate(need.tolist()):
+            if used + pages > capacity:
+                bounds.append(i)
+                used = 0
+            used += pages
+    bounds.append(len(rows))
+    tok = q_start.tolist()
+    new_blocks = (n_full - ctx // unit * ub).tolist()
+    return [_wave(tok[a], tok[b - 1] + int(qlen[b - 1]), rows[a:b], ctx[a:b], seq[a:b], g0[a:b], n_full[a:b],
+                  need[a:b], max(new_blocks[a:b])) for a, b in pairwise(bounds)]
 
-    for r in range(first_row, len(seq_lens)):
-        q0, q1 = int(query_start_loc[r]), int(query_start_loc[r + 1])
-        seq_len = int(seq_lens[r])
-        qlen = q1 - q0
-        if qlen <= 0:
-            continue
-        ctx = seq_len - qlen
-        groups = list(_row_groups(ctx, seq_len))
-        n_full = seq_len // fmt.UNIT * fmt.UNIT_BLOCKS  # blocks in pages after this step
-        window = [b for _, p1, g in groups for b in _window_blocks(g, p1)]
-        need = n_full + len(window)
-        if capacity is not None and need > capacity:
-            raise RuntimeError(f"int4_kivi chunk attention: a row of {seq_len} tokens ({qlen} new) needs {need} "
-                               f"scratch pages, {capacity} reserved")
-        if cur is None or (capacity is not None and len(cur["jobs"]) + need > capacity):
-            close()
-            cur = {"tok0": q0, "tok1": q0, "row0": r, "row1": r, "new": 0, "jobs": [], "cu": [0], "used": [],
-                   "groups": []}
-        base = len(cur["jobs"])
-        cur["jobs"] += [(r, b, PAGE) for b in range(n_full)]
-        window_page = {b: base + n_full + i for i, b in enumerate(window)}
-        cur["jobs"] += [(r, b, WINDOW) for b in window]
-        for p0, p1, g in groups:
-            pages = list(range(base, base + fmt.UNIT_BLOCKS * g))
-            cur["groups"].append(pages + [window_page[b] for b in _window_blocks(g, p1)])
-            cur["cu"].append(cur["cu"][-1] + p1 - p0 + 1)
-            cur["used"].append(p1 + 1)
-        cur["tok1"] = q1
-        cur["row1"] = r + 1
-        cur["new"] = max(cur["new"], n_full - ctx // fmt.UNIT * fmt.UNIT_BLOCKS)
-    close()
-    return waves
+
+def _wave(tok0, tok1, rows, ctx, seq, g0, n_full, need, max_new_blocks) -> Wave:
+    """One wave's arrays from its rows' closed forms (plan_chunks). Few numpy calls: on arrays this
+    small each costs about a microsecond, whatever its size."""
+    bs, unit, ub = fmt.BLOCK_SIZE, fmt.UNIT, fmt.UNIT_BLOCKS
+    first_page = np.cumsum(need) - need
+    # jobs: per row its n_full PAGE blocks, then its window blocks from UNIT_BLOCKS*g0 on
+    job_row = np.repeat(np.arange(len(rows)), need)
+    within = np.arange(len(job_row)) - first_page[job_row]
+    n_full_j = n_full[job_row]
+    is_window = within >= n_full_j
+    jobs = np.empty((len(job_row), 3), dtype=np.int32)
+    jobs[:, 0] = rows[job_row]
+    jobs[:, 1] = within + is_window * (ub * g0[job_row] - n_full_j)
+    jobs[:, 2] = is_window  # WINDOW = 1, PAGE = 0
+    # groups, in row order
+    n_groups = seq // unit - g0 + 1
+    grp_row = np.repeat(np.arange(len(rows)), n_groups)
+    g_unit = (g0[grp_row] + np.arange(len(grp_row)) - (np.cumsum(n_groups) - n_groups)[grp_row]) * unit
+    p0 = np.maximum(ctx[grp_row], g_unit - 1)
+    p1 = np.minimum(seq[grp_row] - 1, g_unit + unit - 2)
+    own = g_unit // bs  # pages of the complete units before the group's (UNIT_BLOCKS * g)
+    width = own + np.minimum(p1 // bs - own + 1, ub)  # and the window blocks of its unit it reaches
+    col = np.arange(int(width.max()))
+    table = (first_page[grp_row][:, None] + col) + (col >= own[:, None]) * (n_full - ub * g0)[grp_row][:, None]
+    table[col >= width[:, None]] = 0
+    cu = np.zeros(len(p0) + 1, dtype=np.int32)
+    np.cumsum(p1 - p0 + 1, out=cu[1:])
+    return Wave(tok0, tok1, int(rows[0]), int(rows[-1]) + 1, max_new_blocks, jobs, cu, (p1 + 1).astype(np.int32),
+                table.astype(np.int32))
 
 
 def to_device(waves: list[Wave], device) -> list[Wave]:
