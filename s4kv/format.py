@@ -239,6 +239,30 @@ class WindowLayout:
         return self.v_scale + 2 * WINDOW_SLOTS
 
 
+def kernel_layout(head_size: int) -> str:
+    """Every constant of this format a kernel needs for a head size, as one string: a kernel takes
+    it as a single constexpr argument and reads each constant with layout_value at compile time.
+    One argument instead of a dozen because Triton's launch path costs host time per constexpr
+    argument (about 0.6 µs each, in every eager launch: tools/launch_host_time.py), and the string,
+    being the argument, keys Triton's kernel cache on these values."""
+    page, window = PageLayout(head_size), WindowLayout(head_size)
+    values = {"head_size": head_size, "half": head_size // 2, "block_size": BLOCK_SIZE, "unit": UNIT,
+              "window_pages": WINDOW_PAGES, "v_codes": page.v_codes, "v_scale": page.v_scale,
+              "k_scale": page.k_scale, "k_min": page.k_min, "first_key": page.first_key,
+              "slots": WINDOW_SLOTS, "w_v_codes": window.v_codes, "w_k_scale": window.k_scale,
+              "w_v_scale": window.v_scale}
+    return ";".join(f"{name}={value}" for name, value in values.items())
+
+
+def layout_value(layout: str, name: str) -> int:
+    """One constant of a kernel_layout string."""
+    for item in layout.split(";"):
+        key, _, value = item.partition("=")
+        if key == name:
+            return int(value)
+    raise KeyError(f"{name!r} is not in the kernel layout {layout!r}")
+
+
 def pages_boundary(pos):
     """First position a query at `pos` reads from its window (the position rule): every position
     below it is read from pages. Works on ints and tensors."""

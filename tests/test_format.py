@@ -209,3 +209,17 @@ def test_position_rule_reads_complete_units_from_pages():
     # a query reads a unit from pages once the unit's last token is at or before it
     assert [fmt.pages_boundary(p) for p in (0, 254, 255, 256, 510, 511)] == [0, 0, 256, 256, 256, 512]
     assert fmt.UNIT == fmt.UNIT_BLOCKS * fmt.BLOCK_SIZE == 256
+
+
+@pytest.mark.parametrize("d", fmt.SUPPORTED_HEAD_SIZES)
+def test_kernel_layout_carries_every_offset_of_both_layouts(d):
+    lay, page, window = fmt.kernel_layout(d), fmt.PageLayout(d), fmt.WindowLayout(d)
+    expected = {"head_size": d, "half": d // 2, "block_size": fmt.BLOCK_SIZE, "unit": fmt.UNIT,
+                "window_pages": fmt.WINDOW_PAGES, "slots": fmt.WINDOW_SLOTS,
+                "v_codes": page.v_codes, "v_scale": page.v_scale, "k_scale": page.k_scale, "k_min": page.k_min,
+                "first_key": page.first_key, "w_v_codes": window.v_codes, "w_k_scale": window.k_scale,
+                "w_v_scale": window.v_scale}
+    assert {name: fmt.layout_value(lay, name) for name in expected} == expected
+    assert len(lay.split(";")) == len(expected)
+    with pytest.raises(KeyError, match="k_codes"):
+        fmt.layout_value(lay, "k_codes")

@@ -12,6 +12,9 @@ shared memory and threads of the architecture); how many buffers the software pi
 the page's code tiles (2: the next page loads while one is computed); and the instruction mix of
 the page loop (the loop with the most tensor-core instructions), per warp and per program. These are compile-time
 facts, not timings: what they predict about speed needs the GPU (tools/gpu/tune_kernels.py).
+Each --json record also carries the SHA-1 of the kernel's SASS listing (sass_sha1): a change meant to
+leave the compiled code alone is checked by running this tool on both trees (--source) and
+comparing those.
 Run with the Triton of the GPU machine (nox -s kernels-static pins it).
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import hashlib
 import json
 import linecache
 import os
@@ -388,7 +392,11 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
     top = {op: n for op, n in page.most_common(12)}
     # the whole kernel's static instructions and local-memory (spill) traffic: kernels without a page
     # loop (stage) are compared by these
-    ops = [op for _, op in parse_sass(_sass(kern))]
+    sass = _sass(kern)
+    ops = [op for _, op in parse_sass(sass)]
+    # the instructions with their operands and addresses: two trees whose records agree here compile
+    # to the same code (a refactor's check: --source, then compare the --json records)
+    listing = "\n".join(line.strip() for line in sass.splitlines() if _INSTR.match(line))
     return {
         "arch": f"sm{cc}", "gpu": ARCH[cc]["name"], "shape": shape, "dtype": dtype, "options": options,
         "num_warps": nw, "registers": regs, "spill_bytes": spills, "shared_bytes": kern.metadata.shared,
@@ -403,6 +411,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
                       "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
                       "top": top,
                       "by_line": loop_lines(kern.kernel, body[0], body[1]) if body else []},
+        "sass_sha1": hashlib.sha1(listing.encode()).hexdigest(),
         "triton": triton.__version__,
     }
 

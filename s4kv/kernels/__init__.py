@@ -15,9 +15,23 @@ import json
 import os
 
 import torch
+import triton
 import triton.language as tl
 
+from s4kv import format as fmt
+
 _TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+@functools.cache
+def layout_of(head_size: int) -> str:
+    """The format's constants for kernels of this head size (s4kv.format.kernel_layout): the LAYOUT
+    constexpr of every kernel that reads pages or windows (cached: built once per head size)."""
+    return fmt.kernel_layout(head_size)
+
+
+# LAYOUT's constants inside a kernel, at compile time: `V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")`
+layout = triton.constexpr_function(fmt.layout_value)
 
 
 def tl_dtype(dtype: torch.dtype):
@@ -161,8 +175,6 @@ _ROT: dict = {}
 
 def rotation_operand(head_size: int, dtype: torch.dtype, device) -> torch.Tensor:
     """The +-1 rotation matrix as a kernel operand (cached per device and dtype)."""
-    from s4kv import format as fmt
-
     key = (head_size, dtype, str(device))
     if key not in _ROT:
         _ROT[key] = fmt.rotation_pm1(head_size, device=device, dtype=dtype).contiguous()

@@ -32,12 +32,12 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, interpreted, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, interpreted, launch_options, layout, layout_of, rotation_operand, tl_dtype
 from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
 from s4kv.kernels.quant import clamp_fp16, rotate_halves, to_fp16_saturated
 from s4kv.kernels.store import store_blocks
-from s4kv.kernels.window import load_window_rows, window_constants
+from s4kv.kernels.window import load_window_rows
 from s4kv.kernels.workspace import ReservedWorkspace
 
 STAGE_DTYPE = torch.float16
@@ -53,12 +53,22 @@ def _stage_kernel(
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     kp_ptr, vp_ptr, stride_pp, stride_pt, stride_ph,  # scratch pages [P, BS, Hkv, D], model dtype
     rot_ptr,
-    BS: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
-    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
-    UNIT: tl.constexpr, HKV: tl.constexpr, SLOTS: tl.constexpr, W_V_CODES: tl.constexpr,
-    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr, KIND: tl.constexpr, USE_PTX: tl.constexpr,
+    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
+    OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
+    HKV: tl.constexpr, KIND: tl.constexpr, USE_PTX: tl.constexpr,
 ):
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT: tl.constexpr = layout(LAYOUT, "unit")
+    HALF: tl.constexpr = layout(LAYOUT, "half")
+    V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")
+    V_SCALE: tl.constexpr = layout(LAYOUT, "v_scale")
+    K_SCALE: tl.constexpr = layout(LAYOUT, "k_scale")
+    K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
+    FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     page = tl.program_id(0)
     h = tl.program_id(1)
     row = tl.load(jobs_ptr + page * 3)
@@ -149,7 +159,6 @@ def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: in
     """Fill the scratch pages of the wave's jobs of `kind` (PAGE or WINDOW), every kv head."""
     kc, vc, sc = rows
     d, hkv = kc.shape[2], kc.shape[1]
-    lay = fmt.PageLayout(d)
     _stage_kernel[(len(wave.jobs), hkv)](
         wave.device["jobs"],
         kc, vc, sc,
@@ -157,10 +166,9 @@ def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: in
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         k_pages, v_pages, k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
         rotation_operand(d, STAGE_DTYPE, kc.device),
-        BS=fmt.BLOCK_SIZE, HALF=d // 2, OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
-        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
-        UNIT=fmt.UNIT, HKV=hkv, **window_constants(d), KIND=kind, USE_PTX=not interpreted(),
+        LAYOUT=layout_of(d), OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
+        FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
+        HKV=hkv, KIND=kind, USE_PTX=not interpreted(),
         **launch_options("stage", d, kc.device),
     )
 

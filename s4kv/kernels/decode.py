@@ -36,13 +36,15 @@ from s4kv.kernels import (
     dot_dtype,
     interpreted,
     launch_options,
+    layout,
+    layout_of,
     page_kernel_env,
     rotation_operand,
     tl_dtype,
 )
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import biased_code_operands, rotate_halves
-from s4kv.kernels.window import window_constants, window_slots
+from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
 # the bias of the unpacked code operands per model dtype (s4kv.kernels.code_ptx.CODE_BIAS)
@@ -228,14 +230,25 @@ def _decode_kernel(
     splits,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
-    BS: tl.constexpr, HALF: tl.constexpr, G_PAGES: tl.constexpr, HEAD_CHUNKS: tl.constexpr,
+    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
+    G_PAGES: tl.constexpr, HEAD_CHUNKS: tl.constexpr,
     CODE_BIAS: tl.constexpr,
-    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr,
-    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
+    FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT: tl.constexpr = layout(LAYOUT, "unit")
+    HALF: tl.constexpr = layout(LAYOUT, "half")
+    V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")
+    V_SCALE: tl.constexpr = layout(LAYOUT, "v_scale")
+    K_SCALE: tl.constexpr = layout(LAYOUT, "k_scale")
+    K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
+    FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -535,7 +548,6 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     group = hq // hkv
     g_pad = max(16, triton.next_power_of_2(group))
     head_chunks = -(-group // PAGE_HEADS)
-    lay = fmt.PageLayout(d)
     ws = window_splits()
     part_o, part_ml, qr = _workspace(q, num_decodes, splits)
     rot = rotation_operand(d, q.dtype, q.device)
@@ -554,11 +566,10 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
             part_o, part_ml, splits,
             GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
-            BS=fmt.BLOCK_SIZE, HALF=d // 2, CODE_BIAS=CODE_BIAS[q.dtype],
-            V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-            FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-            CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), UNIT=fmt.UNIT, HKV=hkv,
-            **window_constants(d), WINDOW_SPLITS=ws, PDL=pdl,
+            LAYOUT=layout_of(d), CODE_BIAS=CODE_BIAS[q.dtype],
+            FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+            CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
+            WINDOW_SPLITS=ws, PDL=pdl,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )

@@ -25,10 +25,10 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, launch_options, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, launch_options, layout, layout_of, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
-from s4kv.kernels.window import load_window_rows, window_constants, window_slots
+from s4kv.kernels.window import load_window_rows, window_slots
 from s4kv.kernels.workspace import ReservedWorkspace
 
 # Launch options of the block store; launch_options("store", d) overrides them. Eight warps: with
@@ -80,13 +80,19 @@ def _quantize_rows_kernel(
     # their rows written into their windows, in the same launch
     n_tiles, n_decodes, q_ptr, stride_qt, stride_qh, qr_ptr, q_scale,
     cache_ptr, stride_cb, stride_ch, qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
-    HKV: tl.constexpr, TILE: tl.constexpr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
+    HKV: tl.constexpr, TILE: tl.constexpr, OP_DTYPE: tl.constexpr,
     INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
-    BS: tl.constexpr, UNIT: tl.constexpr, SLOTS: tl.constexpr, W_V_CODES: tl.constexpr,
-    W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
+    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
 ):
     """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
     programs (n_tiles + r, kv head, 0) rotate decode row r's queries."""
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT: tl.constexpr = layout(LAYOUT, "unit")
+    HALF: tl.constexpr = layout(LAYOUT, "half")
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     tile = tl.program_id(0)
     h = tl.program_id(1)
     which = tl.program_id(2)
@@ -160,10 +166,9 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
         _quantize_rows_kernel[(n_tiles + n_dec, hkv, 2)](
             k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1), t, kc, vc, sc,
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
-            HKV=hkv, TILE=tile, HALF=d // 2, OP_DTYPE=dot_dtype(k.dtype),
+            HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            G_PAD=max(16, triton.next_power_of_2(group)), BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT,
-            **window_constants(d), **launch_options("rows", d, k.device))
+            G_PAD=max(16, triton.next_power_of_2(group)), LAYOUT=layout_of(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
@@ -175,11 +180,21 @@ def _store_blocks_kernel(
     cache_ptr, stride_cb, stride_ch,  # pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     row0,  # the first batch row of this launch
-    BS: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
-    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, WINDOW_PAGES: tl.constexpr,
-    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
+    LAYOUT: tl.constexpr, HKV: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
 ):
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT: tl.constexpr = layout(LAYOUT, "unit")
+    HALF: tl.constexpr = layout(LAYOUT, "half")
+    V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")
+    V_SCALE: tl.constexpr = layout(LAYOUT, "v_scale")
+    K_SCALE: tl.constexpr = layout(LAYOUT, "k_scale")
+    K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
+    FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
+    WINDOW_PAGES: tl.constexpr = layout(LAYOUT, "window_pages")
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     row = row0 + tl.program_id(0)
     h = tl.program_id(1)
     i = tl.program_id(2)
@@ -286,9 +301,15 @@ def _append_window_kernel(
     kc_ptr, vc_ptr, sc_ptr,
     cache_ptr, stride_cb, stride_ch,
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt, row0,
-    BS: tl.constexpr, UNIT: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, TILE: tl.constexpr,
-    SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr,
+    LAYOUT: tl.constexpr, HKV: tl.constexpr, TILE: tl.constexpr,
 ):
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT: tl.constexpr = layout(LAYOUT, "unit")
+    D: tl.constexpr = layout(LAYOUT, "head_size")
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     row = row0 + tl.program_id(0)
     h = tl.program_id(1)
     tile = tl.program_id(2)
@@ -330,15 +351,11 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
         return
     kc, vc, sc = rows
     hkv, d = kc.shape[1], kc.shape[2]
-    lay = fmt.PageLayout(d)
     assert regions.stride(2) == 1
     _store_blocks_kernel[(row1 - row0, hkv, max_new_blocks)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), row0,
-        BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, HALF=d // 2,
-        V_CODES=lay.v_codes, V_SCALE=lay.v_scale, K_SCALE=lay.k_scale, K_MIN=lay.k_min,
-        FIRST_KEY=lay.first_key, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
-        WINDOW_PAGES=fmt.WINDOW_PAGES, **window_constants(d),
+        LAYOUT=layout_of(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
         **{**STORE_DEFAULTS, **launch_options("store", d, kc.device)},
     )
 
@@ -354,5 +371,5 @@ def append_window(rows, regions, md, tile: int = 16, first_row: int = 0) -> None
     _append_window_kernel[(num_rows, hkv, fmt.UNIT // tile)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), first_row,
-        BS=fmt.BLOCK_SIZE, UNIT=fmt.UNIT, HKV=hkv, D=d, TILE=tile, **window_constants(d),
+        LAYOUT=layout_of(d), HKV=hkv, TILE=tile,
     )

@@ -12,15 +12,6 @@ from the same 8-bit row, however the step is cut.
 import triton
 import triton.language as tl
 
-from s4kv import format as fmt
-
-
-def window_constants(head_size: int) -> dict:
-    """The constexprs of the window helpers for a head size."""
-    lay = fmt.WindowLayout(head_size)
-    return {"SLOTS": fmt.WINDOW_SLOTS, "W_V_CODES": lay.v_codes, "W_K_SCALE": lay.k_scale,
-            "W_V_SCALE": lay.v_scale}
-
 
 @triton.jit
 def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, SLOTS: tl.constexpr):
