@@ -19,6 +19,13 @@
 # under both Tritons (.gpu/t38/before is 90fe100's s4kv, which has the store before it):
 #   carry [".gpu/t38/before", ".gpu/t38/SHA256SUMS"]
 #   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store
+# the host time of an eager mixed layer before and after the format's constants became one constexpr
+# (2f867a6, docs/results/cpu-2026-12-05-launch-host-time/: 164 -> 122 us per layer on the CPU machine,
+# without the CUDA driver's launches), under both Tritons; needs .gpu/t38/prelayout:
+#   mkdir -p .gpu/t38/prelayout && git archive ae638e8 s4kv | tar -x -C .gpu/t38/prelayout
+#   carry [".gpu/t38/prelayout", ".gpu/t38/SHA256SUMS"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh host 3.6   (then the same with 3.8:
+#   each call compiles both trees' kernels once, then times them twice, alternating; under 10 minutes each)
 # and, in a call of its own, the GPU kernel tests under Triton 3.8 (the mma.sync path on sm90 has not
 # run on a GPU under 3.8):
 #   carry [".gpu/t38/SHA256SUMS"]
@@ -41,6 +48,23 @@ if [ "${1:-}" = tests ]; then
   PYTHONPATH=$PWD timeout 270 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_kernels.py \
     tests/test_code_unpack.py >"$OUT/tests-triton36.log" 2>&1
   echo "tests under Triton 3.6: rc=$?"; tail -n 5 "$OUT/tests-triton36.log"
+  exit 0
+fi
+if [ "${1:-}" = host ]; then
+  # host and device time of one eager layer (tools/gpu/host_overhead.py: 32 decodes; 31 decodes and a
+  # 512-token chunk; 31 and 2,048), each tree under each Triton, twice, alternating
+  for pass in 1 2; do
+    for t in ${2:-3.6}; do
+      for tree in prelayout after; do
+        dir=.gpu/t38/prelayout; [ $tree = after ] && dir=.
+        tp=$(triton_of $t)
+        PYTHONPATH="$dir${tp:+:$tp}" timeout 130 python3 tools/gpu/host_overhead.py --kv int4_kivi \
+          --json "$W/host-$tree-triton$t-$pass.json" >"$W/host-$tree-triton$t-$pass.log" 2>&1
+        echo "== host $tree Triton $t pass $pass rc=$?"; tail -n 5 "$W/host-$tree-triton$t-$pass.log"
+        tar -C $W -czf "$OUT/lease.tgz" .
+      done
+    done
+  done
   exit 0
 fi
 if [ "${1:-}" = store ]; then
