@@ -11,3 +11,11 @@ def test_each_tree_is_timed_from_its_own_source(tmp_path):
     assert set(rows) == {"append", "store", "total"}, rows
     assert rows["append"][1] > 2000 > rows["append"][0] > 0, rows  # [this, the copy]
     assert 0 < rows["store"][0] < 2000 and 0 < rows["store"][1] < 2000, rows
+
+
+def test_group_pad_is_tritons_next_power_of_two_at_least_16():
+    import triton
+
+    from s4kv.kernels import group_pad
+
+    assert [group_pad(g) for g in range(1, 300)] == [max(16, triton.next_power_of_2(g)) for g in range(1, 300)]

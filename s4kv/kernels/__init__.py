@@ -34,6 +34,13 @@ def layout_of(head_size: int) -> str:
 layout = triton.constexpr_function(fmt.layout_value)
 
 
+def group_pad(group: int) -> int:
+    """Query heads per kv head padded for a dot's tile: the next power of two, at least 16. Plain
+    integer arithmetic: Triton's next_power_of_2 is a constexpr function, about 2 µs per host call
+    (tools/launch_host_time.py), paid in every eager launch that asks it."""
+    return max(16, 1 << (group - 1).bit_length())
+
+
 def tl_dtype(dtype: torch.dtype):
     return _TL[dtype]
 

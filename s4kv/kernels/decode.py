@@ -34,6 +34,7 @@ from s4kv.kernels import (
     capability_major,
     compile_env,
     dot_dtype,
+    group_pad,
     interpreted,
     launch_options,
     layout,
@@ -546,7 +547,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     kc, vc, sc = rows
     hkv = kc.shape[1]
     group = hq // hkv
-    g_pad = max(16, triton.next_power_of_2(group))
+    g_pad = group_pad(group)
     head_chunks = -(-group // PAGE_HEADS)
     ws = window_splits()
     part_o, part_ml, qr = _workspace(q, num_decodes, splits)

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, launch_options, layout, layout_of, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, group_pad, launch_options, layout, layout_of, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_slots
@@ -150,7 +150,7 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
     """
     t, hkv, d = k.shape
     kc, vc, sc = StepRows.get(t, hkv, d, k.device)
-    n_tiles = triton.cdiv(t, tile)
+    n_tiles = -(-t // tile)  # cdiv (triton.cdiv is a constexpr function: slow on the host)
     if decodes is None:
         n_dec, group = 0, 1
         q_args = (k, 0, 0, sc, 1.0, kc, 0, 0, sc, sc, sc, 0)  # unused pointers and strides
@@ -168,7 +168,7 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            G_PAD=max(16, triton.next_power_of_2(group)), LAYOUT=layout_of(d), **launch_options("rows", d, k.device))
+            G_PAD=group_pad(group), LAYOUT=layout_of(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
