@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import timeit
 from pathlib import Path
+
+from tree_timing import best_of_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 WRAPPERS = ("rows", "store", "decode", "stage-window", "stage", "append")
@@ -95,6 +95,7 @@ def measure(shape: str, dtype: str, repeat: int, wrappers=WRAPPERS) -> dict:
 
     import s4kv
 
+    # first on stderr: tools/tree_timing.py passes it on
     print(f"    s4kv from {Path(s4kv.__file__).parent}", file=sys.stderr, flush=True)
     driver.set_active(_timing_driver(90))
     calls = _calls(shape, dtype)
@@ -114,30 +115,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2000)
     ap.add_argument("--wrappers", default=",".join(WRAPPERS), help="which wrappers (comma-separated)")
     ap.add_argument("--source", action="append", default=[], help="another checkout to time next to this one")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one tree's timing (tree_timing)
     args = ap.parse_args(argv)
     if args.child:  # this process's s4kv: the first entry of PYTHONPATH
         print(json.dumps(measure(args.shape, args.dtype, args.repeat, args.wrappers.split(","))))
         return 0
-    trees = {"this": ROOT, **{s: Path(s).resolve() for s in args.source}}
-    best: dict[str, dict] = {}
-    for rnd in range(2):  # alternate the trees, keep each one's best
-        for name, path in trees.items():
-            print(f"  timing {name} (round {rnd + 1} of 2)", file=sys.stderr, flush=True)
-            # compiled launches: never Triton's interpreter (the test suite sets it for its own runs)
-            env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "PYTHONPATH": str(path)}
-            res = subprocess.run([sys.executable, __file__, "--child", "--shape", args.shape, "--dtype", args.dtype,
-                                  "--repeat", str(args.repeat), "--wrappers", args.wrappers], env=env, cwd=path, capture_output=True, text=True, check=False)
-            if res.returncode:
-                raise SystemExit(f"{name}: {res.stderr[-2000:]}")
-            print(res.stderr.splitlines()[0], file=sys.stderr, flush=True)
-            t = json.loads(res.stdout.splitlines()[-1])
-            best[name] = {k: min(v, best[name][k]) for k, v in t.items()} if name in best else t
+    best = best_of_trees(args.source, [sys.executable, __file__, "--child", "--shape", args.shape, "--dtype",
+                                       args.dtype, "--repeat", str(args.repeat), "--wrappers", args.wrappers])
     import triton
 
     print(f"# µs per wrapper call on the host, kernels compiled for sm90, launcher a no-op; {args.shape} {args.dtype}, "
           f"Triton {triton.__version__}")
-    cols = list(trees)
+    cols = list(best)
     print("| wrapper | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for w in [*args.wrappers.split(","), "total"]:

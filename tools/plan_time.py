@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tree_timing import best_of_trees
 
 BATCHES = {
     "mixed 31 x 8k + 2048 @ 30k": [(8192, 1)] * 31 + [(30720, 2048)],
@@ -46,6 +44,8 @@ import json, sys, timeit
 import numpy as np, torch
 from s4kv.kernels.batch import S4KVMetadata, plan_launch
 from s4kv.kernels.chunk_plan import plan_chunks, to_device
+import os, s4kv
+print(f"    s4kv from {os.path.dirname(s4kv.__file__)}", file=sys.stderr)  # tools/tree_timing.py passes it on
 batches, repeat, capacity, kv_heads, sms = json.loads(sys.argv[1])
 out = {}
 for name, rows in batches.items():
@@ -63,28 +63,14 @@ print(json.dumps(out))
 """
 
 
-def _time(source: Path, repeat: int) -> dict:
-    arg = json.dumps([BATCHES, repeat, CAPACITY, KV_HEADS, SMS])
-    # cwd: `python -c` puts the working directory first on sys.path
-    res = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, check=True, cwd=source,
-                         env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"})
-    return json.loads(res.stdout)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", action="append", default=[], help="another checkout to time next to this one")
     ap.add_argument("--repeat", type=int, default=200)
     args = ap.parse_args(argv)
-    trees = {"this": ROOT, **{s: Path(s).resolve() for s in args.source}}
-    best: dict[str, dict] = {}
-    for rnd in range(2):  # alternate the trees, keep each one's best
-        for name, path in trees.items():
-            print(f"  timing {name} (round {rnd + 1} of 2)", file=sys.stderr, flush=True)
-            t = _time(path, args.repeat)
-            best[name] = {b: [min(x, y) for x, y in zip(t[b], best[name][b])] if name in best else t[b]
-                          for b in t}
-    cols = list(trees)
+    best = best_of_trees(args.source, [sys.executable, "-c", _CHILD,
+                                       json.dumps([BATCHES, args.repeat, CAPACITY, KV_HEADS, SMS])])
+    cols = list(best)
     print("| batch | " + " | ".join(f"{c}: chunk plan + upload (µs) | {c}: launch shapes (µs)" for c in cols) + " |")
     print("|---|" + "---|---|" * len(cols))
     for b in BATCHES:
