@@ -239,12 +239,14 @@ class WindowLayout:
         return self.v_scale + 2 * WINDOW_SLOTS
 
 
+@cache
 def kernel_layout(head_size: int) -> str:
-    """Every constant of this format a kernel needs for a head size, as one string: a kernel takes
-    it as a single constexpr argument and reads each constant with layout_value at compile time.
-    One argument instead of a dozen because Triton's launch path costs host time per constexpr
-    argument (about 0.6 µs each, in every eager launch: tools/launch_host_time.py), and the string,
-    being the argument, keys Triton's kernel cache on these values."""
+    """Every constant of this format a kernel needs for a head size, as one string (built once per
+    head size): a kernel takes it as a single constexpr argument and reads each constant with
+    layout_value at compile time. One argument instead of a dozen because Triton's launch path
+    costs host time per constexpr argument (about 0.6 µs each, in every eager launch:
+    tools/launch_host_time.py), and the string, being the argument, keys Triton's kernel cache on
+    these values."""
     page, window = PageLayout(head_size), WindowLayout(head_size)
     values = {"head_size": head_size, "half": head_size // 2, "block_size": BLOCK_SIZE, "unit": UNIT,
               "window_pages": WINDOW_PAGES, "v_codes": page.v_codes, "v_scale": page.v_scale,

@@ -23,14 +23,8 @@ from s4kv import format as fmt
 _TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 
-@functools.cache
-def layout_of(head_size: int) -> str:
-    """The format's constants for kernels of this head size (s4kv.format.kernel_layout): the LAYOUT
-    constexpr of every kernel that reads pages or windows (cached: built once per head size)."""
-    return fmt.kernel_layout(head_size)
-
-
-# LAYOUT's constants inside a kernel, at compile time: `V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")`
+# LAYOUT (a kernel's argument, s4kv.format.kernel_layout(head_size)) read inside the kernel at compile
+# time: `V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")`
 layout = triton.constexpr_function(fmt.layout_value)
 
 

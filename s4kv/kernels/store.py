@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, group_pad, launch_options, layout, layout_of, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, group_pad, launch_options, layout, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_slots
@@ -168,7 +168,7 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            G_PAD=group_pad(group), LAYOUT=layout_of(d), **launch_options("rows", d, k.device))
+            G_PAD=group_pad(group), LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
@@ -355,7 +355,7 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
     _store_blocks_kernel[(row1 - row0, hkv, max_new_blocks)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), row0,
-        LAYOUT=layout_of(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
+        LAYOUT=fmt.kernel_layout(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
         **{**STORE_DEFAULTS, **launch_options("store", d, kc.device)},
     )
 
@@ -371,5 +371,5 @@ def append_window(rows, regions, md, tile: int = 16, first_row: int = 0) -> None
     _append_window_kernel[(num_rows, hkv, fmt.UNIT // tile)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), first_row,
-        LAYOUT=layout_of(d), HKV=hkv, TILE=tile,
+        LAYOUT=fmt.kernel_layout(d), HKV=hkv, TILE=tile,
     )
