@@ -212,18 +212,25 @@ def _cache_tensors(rows: int, hkv: int, d: int, dt):
     return torch.zeros(64, hkv, fmt.PageLayout(d).region_bytes, dtype=torch.uint8)
 
 
-def compiled_decode(cc: int, shape: str, dtype: str, options: dict):
-    """(compiled decode kernel, its launch options) for one architecture, shape, dtype and launch
-    configuration (under the compile-only driver of `cc`)."""
-    from s4kv.kernels import decode
+def decode_batch(shape: str, dtype: str, rows: int = 8):
+    """(q, metadata, pages) of `rows` single-token decode rows at position 999, as a captured decode
+    step plans them."""
     from s4kv.kernels.batch import plan_launch
 
     hq, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
-    rows = 8
     md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
-    regions = _cache_tensors(rows, hkv, d, dt)
-    q = torch.zeros(rows, hq, d, dtype=dt)
+    return torch.zeros(rows, hq, d, dtype=dt), md, _cache_tensors(rows, hkv, d, dt)
+
+
+def compiled_decode(cc: int, shape: str, dtype: str, options: dict):
+    """(compiled decode kernel, its launch options) for one architecture, shape, dtype and launch
+    configuration (under the compile-only driver of `cc`)."""
+    from s4kv.kernels import decode
+
+    _, hkv, d = SHAPES[shape]
+    q, md, regions = decode_batch(shape, dtype)
+    rows = md.num_reqs
     return _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
         q, _step_rows(rows, hkv, d), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
 
@@ -291,15 +298,11 @@ def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the kernel that quantizes a step's tokens into 8-bit window rows, as the backend
     launches it (with the decode rows' queries and window rows; no loop)."""
     from s4kv.kernels import store
-    from s4kv.kernels.batch import plan_launch
 
-    hq, hkv, d = SHAPES[shape]
-    dt = DTYPES[dtype]
-    rows = 8
-    md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
-    q = torch.zeros(rows, hq, d, dtype=dt)
-    k = torch.zeros(rows, hkv, d, dtype=dt)
-    decodes = (q, _cache_tensors(rows, hkv, d, dt), md, d ** -0.5)
+    _, hkv, d = SHAPES[shape]
+    q, md, regions = decode_batch(shape, dtype)
+    k = torch.zeros(md.num_reqs, hkv, d, dtype=q.dtype)
+    decodes = (q, regions, md, d ** -0.5)
     kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
                            lambda: store.quantize_rows(k, k.clone(), decodes=decodes))
     return _facts(cc, shape, dtype, opts, kern, None)

@@ -55,19 +55,16 @@ def _calls(shape: str, dtype: str) -> dict:
     """The wrappers' calls, as the backend makes them in a mixed step (8 decode rows, 2 chunk rows
     of 256 tokens)."""
     import torch
-    from kernel_static import DTYPES, SHAPES, _cache_tensors, _metadata, _step_rows
+    from kernel_static import DTYPES, SHAPES, _metadata, _step_rows, decode_batch
 
     from s4kv import format as fmt
     from s4kv.kernels import chunk, decode, store
-    from s4kv.kernels.batch import plan_launch
     from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 
-    hq, hkv, d = SHAPES[shape]
+    _, hkv, d = SHAPES[shape]
     dt = DTYPES[dtype]
-    rows = 8
-    md = plan_launch(_metadata(rows, 1, 1000), hkv, num_sms=132, uniform_decode=True)
-    regions = _cache_tensors(rows, hkv, d, dt)
-    q = torch.zeros(rows, hq, d, dtype=dt)
+    q, md, regions = decode_batch(shape, dtype)
+    rows = md.num_reqs
     k = torch.zeros(rows, hkv, d, dtype=dt)
     step = _step_rows(rows, hkv, d)
     out = torch.zeros_like(q)
