@@ -81,8 +81,10 @@ The window (one request's tokens after its last complete unit, up to UNIT - 1)
 A request of L tokens holds pages 0 .. (L - 1) // BLOCK_SIZE + WINDOW_PAGES - 1 (``blocks_held``;
 its scheduler asks vLLM for them, s4kv.backend.spec). Its window unit is u = L // UNIT; the window
 lives in pages 2u .. 2u + WINDOW_PAGES - 1 (the unit's own two pages and the two after them), in
-the same kv-head region as that head's pages, as WINDOW_SLOTS rows per region: row r (token
-2u * BLOCK_SIZE + r) in page 2u + r // WINDOW_SLOTS, slot r % WINDOW_SLOTS, laid out as
+the same kv-head region as that head's pages, as WINDOW_SLOTS rows per region. Row r (token
+2u * BLOCK_SIZE + r) belongs to block j = r // BLOCK_SIZE of the unit and lives in page
+2u + j + UNIT_BLOCKS * ((r % BLOCK_SIZE) // WINDOW_SLOTS), slot r % WINDOW_SLOTS: block 2u's rows
+in pages 2u and 2u + 2, block 2u + 1's in pages 2u + 1 and 2u + 3 (``window_index``), laid out as
 
     [ key codes   : WINDOW_SLOTS * D bytes ]  slot-major: byte (s, i) at s * D + i, code 0..255
     [ value codes : WINDOW_SLOTS * D bytes ]
@@ -91,9 +93,11 @@ the same kv-head region as that head's pages, as WINDOW_SLOTS rows per region: r
 
 (16,640 of a region's 17,408 bytes at head_dim 128; 8,448 of 8,832 at 64). When the unit
 completes, its two pages are quantized from its rows: block 2u's from rows 0..127 (pages 2u and
-2u + 1), written to page 2u, then block 2u + 1's from rows 128..255 (pages 2u + 2 and 2u + 3),
-written to page 2u + 1 (the store reads a block's rows before it writes its page, and stores the
-two in that order); the next window starts in page 2u + 2. (At a unit boundary the window is empty
+2u + 2), written to page 2u, and block 2u + 1's from rows 128..255 (pages 2u + 1 and 2u + 3),
+written to page 2u + 1. Each block's page holds only that block's own rows, so the two are stored
+at once (each reads its rows before it writes its page); a step that also completes the next unit
+writes pages 2u + 2 and 2u + 3 over the old rows, so those two wait for blocks 2u and 2u + 1
+(s4kv.kernels.store). The next window starts in page 2u + 2. (At a unit boundary the window is empty
 and the request holds pages 2u + 2 and 2u + 3, not yet 2u + 4: the next token brings it.) Window
 pages are never shared: prefix caching shares complete units only (s4kv.backend.spec caches a
 block only once its unit is complete and cuts hits at unit boundaries), and a request always
@@ -144,6 +148,7 @@ UNIT = UNIT_BLOCKS * BLOCK_SIZE  # tokens of a unit: the window holds 0..UNIT-1 
 WINDOW_LEVELS = FIRST_VALUE_LEVELS  # window rows: codes 0..255
 WINDOW_SLOTS = 64  # window rows per (page, kv head) region
 WINDOW_PAGES = UNIT // WINDOW_SLOTS  # pages that hold a window: its unit's two and the two after them
+assert BLOCK_SIZE % WINDOW_SLOTS == 0  # a block's rows fill whole regions (window_page)
 
 
 @dataclass(frozen=True)
@@ -536,10 +541,17 @@ def _window_views(regions: torch.Tensor):
     return codes(lay.k_codes), codes(lay.v_codes), scales(lay.k_scale), scales(lay.v_scale)
 
 
+def window_page(rows):
+    """Which of its window's pages (0..WINDOW_PAGES-1) window row `rows` lives in (int or int tensor):
+    block j's rows (j = row // BLOCK_SIZE) in pages j, j + UNIT_BLOCKS, ..., so that the page a
+    block is stored into holds no other block's rows (see "The window")."""
+    return rows // BLOCK_SIZE + UNIT_BLOCKS * (rows % BLOCK_SIZE // WINDOW_SLOTS)
+
+
 def window_index(window_pages: torch.Tensor, rows: torch.Tensor):
     """(page id, slot) of window rows: window_pages [..., WINDOW_PAGES] (the block table entries
     2u .. 2u + WINDOW_PAGES - 1 of the window's unit u), rows [..., n] (0..UNIT-1, broadcast)."""
-    j = torch.div(rows, WINDOW_SLOTS, rounding_mode="floor")
+    j = window_page(rows)
     return torch.gather(window_pages, -1, j.expand(*window_pages.shape[:-1], j.shape[-1])), rows % WINDOW_SLOTS
 
 

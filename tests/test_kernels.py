@@ -131,9 +131,9 @@ def test_decode_completing_a_unit_beside_a_chunk():
                           torch.zeros(len(qlens), 8, dtype=torch.int32), qsl, seq)
         return plan_launch(md, 2, num_sms=4, uniform_decode=uniform).decode_stores
 
-    assert stores([unit, 700], [1, 100]) == 1
+    assert stores([unit, 700], [1, 100]) == fmt.UNIT_BLOCKS  # one program per block
     assert stores([unit + 1, 2 * unit], [1, 100]) == 0  # only the chunk completes a unit
-    assert stores([unit + 1, 7], [1, 1], uniform=True) == 1  # a captured graph always launches it
+    assert stores([unit + 1, 7], [1, 1], uniform=True) == fmt.UNIT_BLOCKS  # a captured graph always launches it
 
 
 def test_prefix_hit_and_empty_rows():
@@ -285,6 +285,33 @@ def test_chunk_writes_the_pages_its_old_window_lives_in(d):
     check(e, e.step([("b", 1), ("a", 4 * BS + 43)]), tol)  # b completes unit 0; a: 200 -> 755, 4 blocks
     for _ in range(2):
         check(e, e.step([("a", 1), ("b", 1)]), tol)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="orders the interpreter's programs")
+def test_kernels_give_the_same_tokens_with_their_programs_in_reverse_order():
+    """No program of a launch may read what another program of the same launch writes: on a GPU they
+    run in any order. The interpreter runs them in grid order; here reversed (tests/program_order.py),
+    through the steps where programs share pages: chunks that start inside a unit and store the
+    pages their old window lives in, decode rows completing their units beside them."""
+    from program_order import programs_reversed
+
+    def run():
+        e = _engine(8, 2, 64, torch.bfloat16)
+        e.add("a", 7 * BS)
+        e.add("b", 2 * BS + 2)
+        e.add("c", 3 * BS)
+        steps = [[("a", 200), ("b", 2 * BS - 1), ("c", 2 * BS - 1)],
+                 [("b", 1), ("c", 1), ("a", 4 * BS + 43)],  # b, c complete unit 0; a: 200 -> 755, 4 blocks
+                 [("a", 1), ("b", 1), ("c", BS - 2)]]
+        return [e.step(s) for s in steps], e
+
+    forward, _ = run()
+    with programs_reversed():
+        reversed_, e = run()
+    for step, (one, other) in enumerate(zip(forward, reversed_)):
+        for name in one:
+            assert torch.equal(one[name][0], other[name][0]), (step, name)
+    assert torch.equal(e.regions, run()[1].regions)
 
 
 def test_chunk_attention_in_waves_equals_one_wave():

@@ -24,7 +24,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
     # one launch also rotates the decode rows' queries and (store) writes their rows into their windows
     rows = quantize_rows(k, v, decodes=(q, regions, md, scale) if store else None)
     if store:
-        # a decode row completes at most one unit; its first program stores both blocks
+        # a decode row completes at most one unit: one program per block
         store_blocks(rows, regions, md, md.decode_stores, q.dtype, rows_range=(0, md.num_decodes))
     decode_attention(q, rows, regions, md, md.num_decodes, scale, out, md.decode_splits, queries_rotated=store)
     chunk_attention(q, rows, regions, md, md.num_decodes, scale, out, store=store)

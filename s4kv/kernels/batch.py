@@ -30,9 +30,10 @@ class S4KVMetadata:
     # Launch shapes, from the host copies (constant for a captured decode graph).
     num_decodes: int = 0  # leading rows with query length 1 (the runner puts decodes first)
     max_new_blocks: int = 0  # most blocks any row's completed units hold in this step
-    # 1 when the decode rows' block store must launch: some decode row may complete its unit (always
-    # in a captured decode graph; outside one, only when one does: a mixed step's launches are paid
-    # on the host, tools/gpu/host_overhead.py)
+    # The decode rows' block store's programs per row: UNIT_BLOCKS (one per block of the unit a row
+    # completes, stored at once) when it must launch, that is when some decode row may complete its
+    # unit (always in a captured decode graph; outside one, only when one does: a mixed step's
+    # launches are paid on the host, tools/gpu/host_overhead.py); else 0
     decode_stores: int = 0
     decode_splits: int = 1  # KV splits per decode row and kv head
     # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
@@ -49,7 +50,7 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
 
     n = md.num_reqs
     if uniform_decode:
-        md.num_decodes, md.max_new_blocks, md.decode_stores = n, 1, 1
+        md.num_decodes, md.max_new_blocks, md.decode_stores = n, fmt.UNIT_BLOCKS, fmt.UNIT_BLOCKS
     elif n:
         # numpy views of the host copies: on arrays this small a torch CPU op costs several times a
         # numpy one, and this runs on the host before every mixed or prefill step (tools/plan_time.py)
@@ -61,7 +62,7 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
         ctx = seq - qlens
         md.max_new_blocks = int(((seq // fmt.UNIT - ctx // fmt.UNIT) * fmt.UNIT_BLOCKS).max())
         # a decode row completes its unit when its new token is the unit's last
-        md.decode_stores = int(bool((seq[:md.num_decodes] % fmt.UNIT == 0).any()))
+        md.decode_stores = fmt.UNIT_BLOCKS * int(bool((seq[:md.num_decodes] % fmt.UNIT == 0).any()))
     else:
         md.num_decodes = md.max_new_blocks = md.decode_stores = 0
     md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)

@@ -122,7 +122,7 @@ def _stage_kernel(
         k_lo, k_hi, w_ks, _, _, _ = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
-            HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
+            HKV, HALF, SLOTS, BS, UNIT // BS, W_V_CODES, W_K_SCALE, W_V_SCALE)
         # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
         # number, so it goes on after the rotation (as the pages' value scales do)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
@@ -131,7 +131,7 @@ def _stage_kernel(
         _, _, _, v_lo, v_hi, w_vs = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
-            HKV, HALF, SLOTS, W_V_CODES, W_K_SCALE, W_V_SCALE)
+            HKV, HALF, SLOTS, BS, UNIT // BS, W_V_CODES, W_K_SCALE, W_V_SCALE)
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * w_vs[:, None], USE_PTX))
         tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * w_vs[:, None], USE_PTX))

@@ -315,7 +315,8 @@ def _decode_kernel(
             for t0 in tl.range(w_lo, w_hi, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
                 in_tail = tt < w_hi
-                base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, SLOTS)
+                base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, SLOTS, BS,
+                                          UNIT // BS)
                 rk = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :]
                 m = in_tail[:, None]
                 # codes - 127.5 are exact dot operands; the row's scale multiplies the score after

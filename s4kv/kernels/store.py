@@ -10,9 +10,11 @@ window. (The window write must wait for attention: the old window's rows may sti
 they live where the new ones go.)
 
 The window lives in the pages of its unit and the two after them (s4kv.format), which are exactly
-the pages the store writes when a chunk completes units: one program reads the old window's rows
-of a block and then stores that block's page, block after block, and a chunk row's old window must
-be staged for its attention before its store runs (s4kv.kernels.chunk).
+the pages the store writes when a chunk completes units. A block's window rows live in its own page
+and the page UNIT_BLOCKS after it (s4kv.format.window_page), so the unit's blocks are stored at
+once, each program reading its block's rows before it writes its page; the next unit's blocks,
+written over the old rows, follow in the same programs. A chunk row's old window must be staged
+for its attention before its store runs (s4kv.kernels.chunk).
 
 Page regions are addressed through the cache tensor's block and head strides, so any vLLM layout
 whose (token, byte) dims are innermost works.
@@ -131,7 +133,7 @@ def _quantize_rows_kernel(
         seq = tl.load(seq_lens_ptr + t, mask=dec, other=0)
         dec = dec & (seq % UNIT != 0)
         base, slot = window_slots(cache_ptr, block_table_ptr + t64 * stride_bt, seq // UNIT * (UNIT // BS),
-                                  (seq - 1) % UNIT, h * stride_ch, stride_cb, dec, SLOTS)
+                                  (seq - 1) % UNIT, h * stride_ch, stride_cb, dec, SLOTS, BS, UNIT // BS)
         codes = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :] + which * W_V_CODES
         tl.store(codes, c_lo, mask=dec[:, None])
         tl.store(codes + HALF, c_hi, mask=dec[:, None])
@@ -205,26 +207,31 @@ def _store_blocks_kernel(
     first = ctx // UNIT * (UNIT // BS)  # the first block of the unit that was incomplete
     n_new = seq_len // UNIT * (UNIT // BS) - first  # blocks of the units this step completes
     kept = ctx - first * BS  # rows of that unit in the old window
+    UNIT_BLOCKS: tl.constexpr = UNIT // BS
     if (qlen <= 0) | (i >= n_new):
         return
-    # The old window's rows live in pages first .. first + WINDOW_PAGES - 1: program 0 stores those
-    # pages one after the other, each after reading its block's rows; the programs of the pages after
-    # them run alone.
-    if (kept > 0) & (i > 0) & (i < WINDOW_PAGES):
+    # The old window's rows live in pages first .. first + WINDOW_PAGES - 1, block first + j's in
+    # pages first + j, first + j + UNIT_BLOCKS, ... (s4kv.format.window_page). The page an old block
+    # is stored into holds only that block's rows, so the old unit's blocks are stored at once; but
+    # the next unit's blocks are stored over the old blocks' other rows. So program j < UNIT_BLOCKS
+    # stores block first + j and then the window pages' blocks UNIT_BLOCKS apart after it, whose own
+    # programs do nothing; the programs of the pages after the window run alone.
+    chained = (kept > 0) & (i < WINDOW_PAGES)
+    if chained & (i >= UNIT_BLOCKS):
         return
-    n_steps = tl.where((kept > 0) & (i == 0), tl.minimum(n_new, WINDOW_PAGES), 1)
+    n_steps = tl.where(chained, tl.minimum(tl.cdiv(n_new - i, UNIT_BLOCKS), WINDOW_PAGES // UNIT_BLOCKS), 1)
 
     t = tl.arange(0, BS)
     c = tl.arange(0, HALF)
     bt_row = block_table_ptr + row * stride_bt
     for step in range(n_steps):
-        b = first + i + step
+        b = first + i + step * UNIT_BLOCKS
         pos = b * BS + t
         from_window = pos < ctx  # only in the blocks of the first unit
         k_lo, k_hi, ks, v_lo, v_hi, vs = load_window_rows(
             cache_ptr, bt_row, first, pos - first * BS, h * stride_ch, stride_cb, from_window,
-            kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, ~from_window, c, HKV, HALF, SLOTS, W_V_CODES,
-            W_K_SCALE, W_V_SCALE)
+            kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, ~from_window, c, HKV, HALF, SLOTS, BS, UNIT // BS,
+            W_V_CODES, W_K_SCALE, W_V_SCALE)
         # the rows as s4kv.format dequantizes them: (code - 127.5) * scale, fp32, rotated basis
         k_lo, k_hi = k_lo * ks[:, None], k_hi * ks[:, None]
         v_lo, v_hi = v_lo * vs[:, None], v_hi * vs[:, None]
@@ -291,8 +298,8 @@ def _store_blocks_kernel(
         tl.store(region + V_CODES + c[None, :] * BS + t[:, None],  # channel-major
                  (w_lo & 0xF) | ((w_hi & 0xF) << 4))  # 4-bit codes, or token 0's low nibbles
         tl.store((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t, vs.to(tl.float16))
-        # the next block's rows may live in this page's region too: read them only after these writes
-        tl.debug_barrier()
+        # (The chain's next block is written over rows this one read: every thread read them before
+        # the barrier above. Its own rows are this step's, none in a page.)
 
 
 # row0 follows the batch (the decode rows before it): not specialized, like the block store's
@@ -328,7 +335,7 @@ def _append_window_kernel(
     m = ok[:, None]
     src = (tok * HKV + h)[:, None] * D + d[None, :]
     base, slot = window_slots(cache_ptr, block_table_ptr + row * stride_bt, unit_start // BS, t, h * stride_ch,
-                              stride_cb, ok, SLOTS)
+                              stride_cb, ok, SLOTS, BS, UNIT // BS)
     dst = base[:, None] + slot[:, None] * D + d[None, :]
     tl.store(dst, tl.load(kc_ptr + src, mask=m), mask=m)
     tl.store(dst + W_V_CODES, tl.load(vc_ptr + src, mask=m), mask=m)
@@ -344,7 +351,7 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
 
     rows: this step's rows (quantize_rows); regions [num_blocks, Hkv, region_bytes] uint8 view;
     ``max_new_blocks``: the most blocks any of those rows completes (host value; a row whose old
-    window has rows does all of its first WINDOW_PAGES blocks in its first program).
+    window has rows stores its first WINDOW_PAGES blocks in its first UNIT_BLOCKS programs).
     """
     row0, row1 = rows_range if rows_range is not None else (0, md.num_reqs)
     if row1 <= row0 or max_new_blocks <= 0:

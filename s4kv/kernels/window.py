@@ -2,7 +2,8 @@
 inside its pages, where this step's rows wait before they get there, and what a row reads back as.
 
 Row r of the window whose unit starts at block `first` is slot r % SLOTS of the kv head's region
-in page block_table[first + r // SLOTS]. This step's tokens are quantized once, before anything
+in page block_table[first + s4kv.format.window_page(r)]: a block's rows in its own page and in
+pages UNIT_BLOCKS apart after it. This step's tokens are quantized once, before anything
 reads them (s4kv.kernels.store.quantize_rows), into a scratch of the same codes and scales: every
 kernel that reads a token of this step reads that one copy, so the pages a unit is quantized
 into, the windows decode and chunk attention read, and the rows kept for later steps all come
@@ -14,25 +15,29 @@ import triton.language as tl
 
 
 @triton.jit
-def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, SLOTS: tl.constexpr):
+def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, SLOTS: tl.constexpr,
+                 BS: tl.constexpr, UNIT_BLOCKS: tl.constexpr):
     """(first byte of the kv head's region in each row's page, slot) of window rows `rows` ([n]
     int32); bt_row_ptr: the row's block table; head_offset: h * the cache's head stride. Rows
     outside `mask` point into the null page (block 0), never into another request's."""
-    page = tl.load(bt_row_ptr + first_block + rows // SLOTS, mask=mask, other=0).to(tl.int64)
+    # s4kv.format.window_page
+    page_of_row = rows // BS + UNIT_BLOCKS * (rows % BS // SLOTS)
+    page = tl.load(bt_row_ptr + first_block + page_of_row, mask=mask, other=0).to(tl.int64)
     return cache_ptr + page * stride_cb + head_offset, rows % SLOTS
 
 
 @triton.jit
 def load_window_rows(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window,
                      kc_ptr, vc_ptr, sc_ptr, tok, h, from_step, c, HKV: tl.constexpr, HALF: tl.constexpr,
-                     SLOTS: tl.constexpr, W_V_CODES: tl.constexpr, W_K_SCALE: tl.constexpr,
-                     W_V_SCALE: tl.constexpr):
+                     SLOTS: tl.constexpr, BS: tl.constexpr, UNIT_BLOCKS: tl.constexpr, W_V_CODES: tl.constexpr,
+                     W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr):
     """n tokens' window rows, each from the window in the pages (rows `rows` where `from_window`) or
     from this step's scratch rows (tokens `tok` where `from_step`): the K and V halves as
     code - 127.5 [n, HALF] (fp32, exact) and their scales [n] (fp32); a row is code * scale in the
     rotated basis. Zeros (scale 0) where neither."""
     D: tl.constexpr = 2 * HALF
-    base, slot = window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window, SLOTS)
+    base, slot = window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window, SLOTS,
+                              BS, UNIT_BLOCKS)
     wk = base[:, None] + slot[:, None] * D + c[None, :]
     ks_w = tl.load((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=from_window, other=0.0)
     vs_w = tl.load((base + W_V_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=from_window, other=0.0)

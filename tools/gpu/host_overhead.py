@@ -2,13 +2,13 @@
 """Host time against device time of one layer's int4_kivi attention, outside CUDA graphs.
 
     python3 tools/gpu/host_overhead.py [--context 8192] [--decodes 32,31,31] [--chunks 0,512,2048]
-                                       [--kv int4_kivi,auto] [--cprofile N] [--json OUT]
+                                       [--chunk-offset 0] [--kv int4_kivi,auto] [--cprofile N] [--json OUT]
 
 vLLM captures int4_kivi in full CUDA graphs only for batches of single-token decodes
 (s4kv.backend.metadata); a step with a prefill chunk in it (chunked prefill, continuous batching)
 runs attention eagerly, between the graph's pieces, and every kernel launch is paid on the host.
 For each batch (`decodes` decode rows of `context` tokens, plus one chunk row of `chunk` queries
-after `context` cached tokens when chunk > 0), this times s4kv.backend.triton_ops.forward (the
+after `context` // 256 * 256 + `chunk-offset` cached tokens when chunk > 0), this times s4kv.backend.triton_ops.forward (the
 whole layer: rows, store, decode, chunk, window append) eagerly:
 
 - host: microseconds to issue one call (the GPU idle at the start, so the launch queue never
@@ -19,7 +19,9 @@ whole layer: rows, store, decode, chunk, window append) eagerly:
 
 With a context that is a multiple of 256 (the default) every decode row's new token completes its
 unit, so each call also stores a unit per decode row: the block store's device time is in the
-records (a serving decode row does that one step in 256).
+records (a serving decode row does that one step in 256). A chunk offset of 1..255 starts the chunk
+inside a unit, with that many rows in its window: its store then reads the old window from the pages
+it writes (s4kv.kernels.store), as chunks do when decode rows share the step's token budget.
 
 A layer whose host time exceeds its device time leaves the GPU idle in eager steps. Next to it, the
 same for bf16 (`auto`): vLLM's reshape_and_cache_flash + FlashAttention on a 16-bit paged cache of
@@ -44,11 +46,12 @@ from s4kv.kernels.bench import _fill_windows, _random_pages, device_us_by_kernel
 
 
 def mixed_inputs(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dtype=torch.bfloat16,
-                 device="cuda"):
+                 device="cuda", chunk_offset: int = 0):
     """(q, k, v, regions, md, out): `decodes` rows at position context - 1 with their windows, and,
-    when chunk > 0, one row of `chunk` queries after context // 256 * 256 cached tokens."""
+    when chunk > 0, one row of `chunk` queries after context // 256 * 256 + chunk_offset cached
+    tokens (its window holding chunk_offset rows)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    ctx_chunk = context // fmt.UNIT * fmt.UNIT
+    ctx_chunk = context // fmt.UNIT * fmt.UNIT + chunk_offset
     lens = [context] * decodes + ([ctx_chunk + chunk] if chunk else [])
     qlens = [1] * decodes + ([chunk] if chunk else [])
     held = [fmt.blocks_held(n, d, dtype.itemsize) for n in lens]
@@ -61,6 +64,8 @@ def mixed_inputs(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dt
         at += h
     if decodes:
         _fill_windows(regions, bt[:decodes], (context - 1) // fmt.UNIT * fmt.UNIT_BLOCKS, d, dtype, gen)
+    if chunk and chunk_offset:
+        _fill_windows(regions, bt[decodes:], ctx_chunk // fmt.UNIT * fmt.UNIT_BLOCKS, d, dtype, gen)
     n = sum(qlens)
     q = torch.randn(n, hq, d, dtype=dtype, device=device, generator=gen)
     k = torch.randn(n, hkv, d, dtype=dtype, device=device, generator=gen)
@@ -101,7 +106,7 @@ def time_call(fn, calls: int = 10, rounds: int = 5) -> dict:
             "device_us": sum(kernels.values()), "launches": len(kernels), "kernels_us": kernels}
 
 
-def int4_layer(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128):
+def int4_layer(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128, chunk_offset: int = 0):
     """One eager int4_kivi layer call on mixed_inputs (the workspaces reserved for the batch), and
     the batch's metadata. The call writes the pages and windows (store=True): every call sees the
     same batch again, which is what a layer after the first sees (same metadata, its own cache)."""
@@ -110,19 +115,19 @@ def int4_layer(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 12
     from s4kv.kernels.decode import DecodeWorkspace
     from s4kv.kernels.store import StepRows
 
-    q, k, v, regions, md, out = mixed_inputs(context, decodes, chunk, hkv=hkv, d=d)
+    q, k, v, regions, md, out = mixed_inputs(context, decodes, chunk, hkv=hkv, d=d, chunk_offset=chunk_offset)
     dev = q.device
     DecodeWorkspace.reserve(max(decodes, 1), q.shape[1], d, hkv, num_sms(dev), dev)
     StepRows.reserve(max(q.shape[0], 1), hkv, d, dev)
     if chunk:
         from s4kv.kernels.chunk_plan import scratch_pages
 
-        ChunkWorkspace.reserve(scratch_pages(context + chunk, chunk), hkv, d, dev)
+        ChunkWorkspace.reserve(scratch_pages(context + chunk_offset + chunk, chunk), hkv, d, dev)
     return (lambda: triton_ops.forward(q, k, v, regions, md, d ** -0.5, out)), md
 
 
-def int4_case(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128) -> dict:
-    layer, md = int4_layer(context, decodes, chunk, hkv, d)
+def int4_case(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128, chunk_offset: int = 0) -> dict:
+    layer, md = int4_layer(context, decodes, chunk, hkv, d, chunk_offset)
     r = time_call(layer)
     if chunk:  # the step's chunk plan, made once per step by its first layer (kept by time_call's calls)
         from s4kv.kernels.chunk import step_waves
@@ -135,7 +140,8 @@ def int4_case(context: int, decodes: int, chunk: int, hkv: int = 4, d: int = 128
     return r
 
 
-def bf16_case(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dtype=torch.bfloat16) -> dict | None:
+def bf16_case(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dtype=torch.bfloat16,
+              chunk_offset: int = 0) -> dict | None:
     """What `auto` runs per layer outside a graph: reshape_and_cache_flash + FlashAttention."""
     try:
         from vllm import _custom_ops as ops
@@ -144,7 +150,7 @@ def bf16_case(context: int, decodes: int, chunk: int, hq=28, hkv=4, d=128, dtype
         print(f"bf16 baseline unavailable: {e!r}", file=sys.stderr)
         return None
     block = 16
-    lens = [context] * decodes + ([context // fmt.UNIT * fmt.UNIT + chunk] if chunk else [])
+    lens = [context] * decodes + ([context // fmt.UNIT * fmt.UNIT + chunk_offset + chunk] if chunk else [])
     qlens = [1] * decodes + ([chunk] if chunk else [])
     per_row = max(math.ceil(n / block) for n in lens)
     nb = len(lens) * per_row
@@ -179,7 +185,7 @@ def _cprofile(args, top: int) -> None:
     import pstats
 
     for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):
-        layer, _ = int4_layer(args.context, dec, ch)
+        layer, _ = int4_layer(args.context, dec, ch, chunk_offset=args.chunk_offset)
         for _ in range(3):  # compiles, and plans the step's chunks once
             layer()
         torch.cuda.synchronize()
@@ -200,6 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--decodes", default="32,31,31", help="decode rows per batch (one per --chunks entry)")
     ap.add_argument("--chunks", default="0,512,2048", help="the chunk row's queries per batch (0: none)")
+    ap.add_argument("--chunk-offset", type=int, default=0,
+                    help="the chunk row's cached tokens past a unit boundary (0..255: its window's rows)")
     ap.add_argument("--kv", default="int4_kivi,auto", help="int4_kivi and/or auto (bf16's FlashAttention)")
     ap.add_argument("--cprofile", type=int, default=0,
                     help="also where the host time of int4_kivi's calls goes: cProfile's N costliest functions")
@@ -208,16 +216,19 @@ def main(argv=None) -> int:
     rows = []
     if args.cprofile:
         _cprofile(args, args.cprofile)
-    print(f"device {torch.cuda.get_device_name()}; one layer, Qwen2.5-7B shape, bf16, eager, context {args.context}")
+    if not 0 <= args.chunk_offset < fmt.UNIT:
+        ap.error(f"--chunk-offset must be 0..{fmt.UNIT - 1}")
+    print(f"device {torch.cuda.get_device_name()}; one layer, Qwen2.5-7B shape, bf16, eager, context {args.context}"
+          f", chunk offset {args.chunk_offset}")
     print(f"{'decodes':>7} {'chunk':>6} {'kv':>10} {'host us':>8} {'device us':>9} {'wall us':>8} {'launches':>8}")
     for dec, ch in zip(map(int, args.decodes.split(",")), map(int, args.chunks.split(","))):
         for kv, fn in (("int4_kivi", int4_case), ("auto", bf16_case)):
             if kv not in args.kv.split(","):
                 continue
-            r = fn(args.context, dec, ch)
+            r = fn(args.context, dec, ch, chunk_offset=args.chunk_offset)
             if r is None:
                 continue
-            r.update(kv=kv, decodes=dec, chunk=ch, context=args.context)
+            r.update(kv=kv, decodes=dec, chunk=ch, context=args.context, chunk_offset=args.chunk_offset)
             rows.append(r)
             print(f"{dec:7d} {ch:6d} {kv:>10} {r['host_us']:8.1f} {r['device_us']:9.1f} {r['wall_us']:8.1f} "
                   f"{r['launches']:8d}", flush=True)

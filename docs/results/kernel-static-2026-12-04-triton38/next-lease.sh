@@ -26,6 +26,13 @@
 #   carry [".gpu/t38/prelayout", ".gpu/t38/SHA256SUMS"]
 #   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh host 3.6   (then the same with 3.8:
 #   each call compiles both trees' kernels once, then times them twice, alternating; under 10 minutes each)
+# the block store with the window's rows interleaved (a block's rows in its own page and the page two
+# after it, so a unit's blocks store at once: docs/results/cpu-2026-12-05-store-chain/) against the
+# tree before it, under the machine's Triton 3.6; decode rows completing their units, and chunks that
+# start 100 tokens into a unit (their store reads the old window from the pages it writes); needs
+#   mkdir -p .gpu/t38/prewindow && git archive 35fd617 s4kv | tar -x -C .gpu/t38/prewindow
+#   carry [".gpu/t38/prewindow"]
+#   command: bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store-chain
 # and, in a call of its own, the GPU kernel tests under Triton 3.8 (the mma.sync path on sm90 has not
 # run on a GPU under 3.8):
 #   carry [".gpu/t38/SHA256SUMS"]
@@ -33,6 +40,23 @@
 set -u
 OUT=${OUT:-/tmp/out}
 W=/tmp/lease; mkdir -p $W
+if [ "${1:-}" = store-chain ]; then
+  # the machine's Triton 3.6 only (no 3.8 chunks needed); each tree twice, alternating; one layer,
+  # 32 and 64 decode rows completing their units, then 31 beside a chunk of 512 or 2,048 queries that
+  # starts 100 tokens into a unit (tools/gpu/host_overhead.py --chunk-offset)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >$W/gpu.txt
+  python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' >>$W/gpu.txt
+  for pass in 1 2; do
+    for tree in prewindow after; do
+      dir=.gpu/t38/prewindow; [ $tree = after ] && dir=.
+      PYTHONPATH="$dir" timeout 140 python3 tools/gpu/host_overhead.py --kv int4_kivi --decodes 32,64,31,31 \
+        --chunks 0,0,512,2048 --chunk-offset 100 --json "$W/chain-$tree-$pass.json" >"$W/chain-$tree-$pass.log" 2>&1
+      echo "== store-chain $tree pass $pass rc=$?"; grep -iE "^ +[0-9]+ +[0-9]+ |store" "$W/chain-$tree-$pass.log" | tail -n 8
+      tar -C $W -czf "$OUT/lease.tgz" .
+    done
+  done
+  exit 0
+fi
 if [ ! -d /tmp/t380/triton ]; then
   (cd /root/stage && sha256sum -c "$OLDPWD/.gpu/t38/SHA256SUMS") || { echo "chunks missing or damaged"; exit 3; }
   cat /root/stage/w.a? >/tmp/t38.whl && python3 -m zipfile -e /tmp/t38.whl /tmp/t380 && rm /tmp/t38.whl
