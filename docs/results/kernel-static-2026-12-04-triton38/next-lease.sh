@@ -46,12 +46,17 @@ if [ "${1:-}" = store-chain ]; then
   # starts 100 tokens into a unit (tools/gpu/host_overhead.py --chunk-offset)
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >$W/gpu.txt
   python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' >>$W/gpu.txt
+  # and the new tree with the store capped at 128 registers (two programs per SM instead of one; it then
+  # spills 728-800 bytes at head_dim 128, tools/kernel_static.py --kernel store --options '{"maxnreg": 128}')
+  echo '[{"kernel": "store", "head_size": 128, "options": {"num_warps": 8, "maxnreg": 128}}]' >$W/store-128regs.json
   for pass in 1 2; do
-    for tree in prewindow after; do
-      dir=.gpu/t38/prewindow; [ $tree = after ] && dir=.
-      PYTHONPATH="$dir" timeout 140 python3 tools/gpu/host_overhead.py --kv int4_kivi --decodes 32,64,31,31 \
-        --chunks 0,0,512,2048 --chunk-offset 100 --json "$W/chain-$tree-$pass.json" >"$W/chain-$tree-$pass.log" 2>&1
-      echo "== store-chain $tree pass $pass rc=$?"; grep -iE "^ +[0-9]+ +[0-9]+ |store" "$W/chain-$tree-$pass.log" | tail -n 8
+    for tree in prewindow after after-128regs; do
+      dir=.gpu/t38/prewindow; [ $tree != prewindow ] && dir=.
+      cfg=; [ $tree = after-128regs ] && cfg=$W/store-128regs.json
+      S4KV_KERNEL_CONFIG=$cfg PYTHONPATH="$dir" timeout 140 python3 tools/gpu/host_overhead.py --kv int4_kivi \
+        --decodes 32,64,8,31,31 --chunks 0,0,0,512,2048 --chunk-offset 100 --json "$W/chain-$tree-$pass.json" \
+        >"$W/chain-$tree-$pass.log" 2>&1
+      echo "== store-chain $tree pass $pass rc=$?"; grep -iE "^ +[0-9]+ +[0-9]+ |store" "$W/chain-$tree-$pass.log" | tail -n 10
       tar -C $W -czf "$OUT/lease.tgz" .
     done
   done
