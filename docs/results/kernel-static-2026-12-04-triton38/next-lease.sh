@@ -1,4 +1,19 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (2026-12-05, third session without a GPU). Everything below since
+# 151aefa (the last GPU kernel tests, 129 passed) has run only under Triton's interpreter: the
+# format's constants as one constexpr (2f867a6), the host's group padding (22680a6), the store's
+# per-row saturation (43a54de), the window layout and the store's chains (aff9045). In order:
+#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md, six calls), then
+#     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first)
+#  2. `bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store-chain`   (carry .gpu/t38/prewindow)
+#  3. issue 14's acceptance, all four dtypes in one run:
+#     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
+#     with it; 1,070 s on 2026-12-01),
+#     then `bash tools/gpu/run-on-device.sh collect` calls until it is done
+#  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
+# Issue 20 instead (one GPU issue per lease): step 1, then
+#     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`
+#
 # The decode kernel under Triton 3.8 (vLLM 0.33.0's) on the H200, before and after a2e9294, without
 # the whole vLLM 0.33.0 bundle: the kernel bench needs torch and Triton only, and the machine's torch
 # 2.11 runs Triton 3.8's kernels (Triton talks to the driver itself; torch only allocates and times).
