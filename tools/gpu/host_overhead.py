@@ -8,8 +8,9 @@ vLLM captures int4_kivi in full CUDA graphs only for batches of single-token dec
 (s4kv.backend.metadata); a step with a prefill chunk in it (chunked prefill, continuous batching)
 runs attention eagerly, between the graph's pieces, and every kernel launch is paid on the host.
 For each batch (`decodes` decode rows of `context` tokens, plus one chunk row of `chunk` queries
-after `context` // 256 * 256 + `chunk-offset` cached tokens when chunk > 0), this times s4kv.backend.triton_ops.forward (the
-whole layer: rows, store, decode, chunk, window append) eagerly:
+after `context` // 256 * 256 + `chunk-offset` cached tokens when chunk > 0), this times
+s4kv.backend.triton_ops.forward (the whole layer: rows, store, decode, chunk, window append)
+eagerly:
 
 - host: microseconds to issue one call (the GPU idle at the start, so the launch queue never
   blocks), with the step's chunk plan kept from the first call, as every layer after the first
@@ -213,11 +214,11 @@ def main(argv=None) -> int:
                     help="also where the host time of int4_kivi's calls goes: cProfile's N costliest functions")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if not 0 <= args.chunk_offset < fmt.UNIT:
+        ap.error(f"--chunk-offset must be 0..{fmt.UNIT - 1}")
     rows = []
     if args.cprofile:
         _cprofile(args, args.cprofile)
-    if not 0 <= args.chunk_offset < fmt.UNIT:
-        ap.error(f"--chunk-offset must be 0..{fmt.UNIT - 1}")
     print(f"device {torch.cuda.get_device_name()}; one layer, Qwen2.5-7B shape, bf16, eager, context {args.context}"
           f", chunk offset {args.chunk_offset}")
     print(f"{'decodes':>7} {'chunk':>6} {'kv':>10} {'host us':>8} {'device us':>9} {'wall us':>8} {'launches':>8}")
