@@ -269,3 +269,15 @@ def test_kbias_key_variance_is_the_rounding_error_and_no_quantized_key_means_no_
                        format_sim.kivi_sdpa(q, k, v, 0.125, {**exact_keys, "kbias": 1}))
     assert not torch.equal(format_sim.kivi_sdpa(q, k, v, 0.125, shipped),
                            format_sim.kivi_sdpa(q, k, v, 0.125, {**shipped, "kbias": 1}))
+
+
+def test_klayers_makes_keys_exact_in_those_layers_only():
+    var = format_sim.VARIANTS["first_value8+tail8own+unit2+keys_exact_L1-3"]
+    shipped = format_sim.VARIANTS["first_value8+tail8own+unit2"]
+    keys_exact = format_sim.VARIANTS["first_value8+tail8own+unit2+keys_exact"]
+    q, k, v, scale = _qkv(3, 2 * fmt.UNIT + 40)
+    for layer in range(6):
+        run = format_sim.layer_variant(var, layer)
+        same_as = keys_exact if 1 <= layer <= 3 else shipped
+        assert torch.equal(format_sim.kivi_sdpa(q, k, v, scale, run), format_sim.kivi_sdpa(q, k, v, scale, same_as))
+    assert format_sim.layer_variant(shipped, 2) is shipped

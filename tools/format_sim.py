@@ -72,6 +72,8 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
               softmax weight by E[exp(e)] ~ exp(var / 2), so pages (4-bit steps) outweigh the exact keys
               (the sink) and the 8-bit window in expectation; the correction takes that bias out
               from what a page already stores (the steps), no byte more
+  klayers     (A, B): with kq=0 only in layers A..B (the rest quantized as the variant says): which
+              layers' page keys carry a format's top-1 cost
   krot        0: keys quantized in the model's basis, not the rotated one (values stay rotated):
               per-channel statistics already follow a channel's own range, which the rotation
               spreads over all channels; with token 0's key exact, no token outlier is left in
@@ -186,6 +188,10 @@ VARIANTS = {
     "first_value8+tail8own+unit2+keys_exact": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kq": 0},
     "first_value8+tail8own+unit2+values_exact": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "vq": 0},
     "first_value8+unit2": {"first_value": 8, "unit": 2},
+    # its page keys exact in some layers only (SmolLM2: layers 0..29)
+    **{f"first_value8+tail8own+unit2+keys_exact_L{a}-{b}": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2,
+                                                          "klayers": (a, b)}
+       for a, b in ((0, 0), (1, 3), (4, 9), (10, 19), (20, 29), (0, 3), (0, 9))},
     # the page keys finer: 5-bit key codes paid with 3-bit values (the same bytes), or on top (+16 B)
     "first_value8+tail8own+unit2+k5v3": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kbits": 5, "vbits": 3},
     "first_value8+tail8own+unit2+k5": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "kbits": 5},
@@ -195,6 +201,14 @@ VARIANTS = {
     "first_value8+krot0": {"first_value": 8, "krot": 0},
     "first_value8+krot0+kblock64": {"first_value": 8, "krot": 0, "kblock": 64},
 }
+
+
+def layer_variant(var: dict, layer: int) -> dict:
+    """The knobs layer `layer` runs with: `klayers` (A, B) makes keys exact (kq=0) in layers A..B only."""
+    if "klayers" not in var:
+        return var
+    first, last = var["klayers"]
+    return {**var, "kq": 0} if first <= layer <= last else var
 
 
 def bytes_per_token(v: dict, d: int = 128) -> float:
@@ -566,7 +580,7 @@ def main(argv=None) -> int:
                 query.double(), key.repeat_interleave(hq // hkv, 1).double(),
                 value.repeat_interleave(hq // hkv, 1).double(), is_causal=True, scale=scale)
             return o.transpose(1, 2).to(query.dtype), None
-        o = kivi_sdpa(query[0], key[0], value[0], scale, var)
+        o = kivi_sdpa(query[0], key[0], value[0], scale, layer_variant(var, module.layer_idx))
         return o[None].to(query.dtype), None
 
     AttentionInterface.register("s4kv_sim", attention)
