@@ -20,8 +20,10 @@ def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_c
     """(first byte of the kv head's region in each row's page, slot) of window rows `rows` ([n]
     int32); bt_row_ptr: the row's block table; head_offset: h * the cache's head stride. Rows
     outside `mask` point into the null page (block 0), never into another request's."""
-    # s4kv.format.window_page
-    page_of_row = rows // BS + UNIT_BLOCKS * (rows % BS // SLOTS)
+    # s4kv.format.window_page; unsigned: a row is 0..UNIT-1 where `mask` holds (the others load
+    # nothing), and unsigned division by a power of two is a shift, with no sign correction
+    r = rows.to(tl.uint32)
+    page_of_row = r // BS + UNIT_BLOCKS * (r % BS // SLOTS)
     page = tl.load(bt_row_ptr + first_block + page_of_row, mask=mask, other=0).to(tl.int64)
     return cache_ptr + page * stride_cb + head_offset, rows % SLOTS
 
