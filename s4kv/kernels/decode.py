@@ -34,10 +34,10 @@ from s4kv.kernels import (
     capability_major,
     compile_env,
     dot_dtype,
-    group_pad,
     interpreted,
     launch_options,
     layout,
+    padded_group,
     page_kernel_env,
     rotation_operand,
     tl_dtype,
@@ -47,8 +47,13 @@ from s4kv.kernels.quant import biased_code_operands, rotate_halves
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
-# the bias of the unpacked code operands per model dtype (s4kv.kernels.code_ptx.CODE_BIAS)
-CODE_BIAS = {torch.bfloat16: _CODE_BIAS["bf16"], torch.float16: _CODE_BIAS["fp16"]}
+
+
+@triton.constexpr_function
+def code_bias(code_dtype) -> float:
+    """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
+    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
+    return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
 @triton.jit
@@ -76,9 +81,10 @@ def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scal
 
 @triton.jit
 def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale,
-                           GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
+                           GROUP: tl.constexpr, HALF: tl.constexpr,
                            INV_SQRT_D: tl.constexpr, DOT_DTYPE: tl.constexpr, PDL: tl.constexpr):
     """rotate_query_row for every (decode row, kv head)."""
+    G_PAD: tl.constexpr = padded_group(GROUP)
     if PDL:  # the page kernel may be launched now; its page programs wait for qr (gdc_wait)
         gdc_launch_dependents()
     rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale, tl.program_id(0),
@@ -228,15 +234,18 @@ def _decode_kernel(
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, splits + WINDOW_SPLITS, D] fp32, [R, Hq, splits + WINDOW_SPLITS, 2] fp32
     splits,
-    GROUP: tl.constexpr, G_PAD: tl.constexpr, SUB: tl.constexpr,
+    GROUP: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
-    G_PAGES: tl.constexpr, HEAD_CHUNKS: tl.constexpr,
-    CODE_BIAS: tl.constexpr,
-    FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
+    G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
+    # derived here rather than passed: each constexpr argument costs host time in every eager launch
+    G_PAD: tl.constexpr = padded_group(GROUP)
+    HEAD_CHUNKS: tl.constexpr = (GROUP + G_PAGES - 1) // G_PAGES
+    CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE)
+    FIRST_KEY_DTYPE: tl.constexpr = CODE_DTYPE  # s4kv.format.first_key_dtype of a 16-bit model: its own
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
@@ -366,10 +375,11 @@ def _decode_kernel(
 
 @triton.jit(do_not_specialize=["parts"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
-                   GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                   GROUP: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
                    STAGES: tl.constexpr, PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
+    G_PAD: tl.constexpr = padded_group(GROUP)
     if PDL:  # launched while the page kernel may still run: its partials are complete after this
         gdc_wait()
     row = tl.program_id(0)
@@ -547,8 +557,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     kc, vc, sc = rows
     hkv = kc.shape[1]
     group = hq // hkv
-    g_pad = group_pad(group)
-    head_chunks = -(-group // PAGE_HEADS)
+    head_chunks = -(-group // PAGE_HEADS)  # as the kernel derives HEAD_CHUNKS
     ws = window_splits()
     part_o, part_ml, qr = _workspace(q, num_decodes, splits)
     rot = rotation_operand(d, q.dtype, q.device)
@@ -557,7 +566,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     if not queries_rotated:
         _rotate_queries_kernel[(num_decodes, hkv)](
             q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
-            GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
+            GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, DOT_DTYPE=dot_dtype(q.dtype), PDL=pdl,
         )
     with compile_env(page_kernel_env(q.device)):  # mma.sync on sm90 (s4kv.kernels.mma_sync_env)
         _decode_kernel[(num_decodes, hkv * head_chunks, splits + ws)](
@@ -566,9 +575,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             regions, regions.stride(0), regions.stride(1),
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
             part_o, part_ml, splits,
-            GROUP=group, G_PAD=g_pad, G_PAGES=PAGE_HEADS, HEAD_CHUNKS=head_chunks,
-            LAYOUT=fmt.kernel_layout(d), CODE_BIAS=CODE_BIAS[q.dtype],
-            FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+            GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=fmt.kernel_layout(d),
             CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
@@ -576,7 +583,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
         )
     _reduce_kernel[(num_decodes, hkv)](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
-        GROUP=group, G_PAD=g_pad, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
+        GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
         **{**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)},
         **({"launch_pdl": True} if pdl else {}),
     )

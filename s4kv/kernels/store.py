@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, group_pad, launch_options, layout, rotation_operand, tl_dtype
+from s4kv.kernels import dot_dtype, launch_options, layout, padded_group, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_slots
@@ -83,11 +83,12 @@ def _quantize_rows_kernel(
     n_tiles, n_decodes, q_ptr, stride_qt, stride_qh, qr_ptr, q_scale,
     cache_ptr, stride_cb, stride_ch, qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     HKV: tl.constexpr, TILE: tl.constexpr, OP_DTYPE: tl.constexpr,
-    INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, G_PAD: tl.constexpr,
+    INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
 ):
     """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
     programs (n_tiles + r, kv head, 0) rotate decode row r's queries."""
+    G_PAD: tl.constexpr = padded_group(GROUP)
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
@@ -170,7 +171,7 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            G_PAD=group_pad(group), LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
+            LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
