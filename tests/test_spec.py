@@ -90,6 +90,21 @@ def test_window_layout_fits_the_pages():
     assert (fmt.WindowLayout(128).nbytes, fmt.WindowLayout(64).nbytes) == (16640, 8448)
 
 
+def test_each_window_row_has_its_own_slot_and_a_block_page_holds_only_that_block_rows():
+    """What lets the block store quantize a unit's blocks at once (s4kv.kernels.store): every window
+    row has a (page, slot) of its own, and the page block j of the unit is stored into (the window's
+    page j) holds rows of block j only; block j's rows are in pages j, j + UNIT_BLOCKS, ..."""
+    rows = torch.arange(fmt.UNIT)
+    page = fmt.window_page(rows)
+    slots = page * fmt.WINDOW_SLOTS + rows % fmt.WINDOW_SLOTS
+    assert sorted(slots.tolist()) == list(range(fmt.WINDOW_PAGES * fmt.WINDOW_SLOTS))
+    block = rows // fmt.BLOCK_SIZE
+    for j in range(fmt.UNIT_BLOCKS):
+        assert set(block[page == j].tolist()) == {j}
+        assert set(page[block == j].tolist()) == set(range(j, fmt.WINDOW_PAGES, fmt.UNIT_BLOCKS))
+    assert [fmt.window_page(r) for r in (0, 63, 64, 127, 128, 191, 192, 255)] == [0, 0, 2, 2, 1, 1, 3, 3]
+
+
 def test_window_round_trip_through_the_pages():
     g = torch.Generator().manual_seed(0)
     regions = torch.randint(0, 256, (12, 2, fmt.PageLayout(64).region_bytes), dtype=torch.uint8, generator=g)
