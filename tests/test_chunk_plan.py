@@ -141,8 +141,19 @@ def test_the_plan_is_the_position_rule_query_by_query_on_random_batches():
             assert (w.tok0, w.tok1, w.row0, w.row1, w.max_new_blocks) == (r["tok0"], r["tok1"], r["row0"], r["row1"],
                                                                          r["new"]), rows
             assert [tuple(j) for j in w.jobs] == r["jobs"], rows
+            kinds = [j[2] for j in r["jobs"]]
+            assert (w.page_jobs, w.window_jobs) == (kinds.count(PAGE), kinds.count(WINDOW)), rows
             assert w.cu_seqlens_q.tolist() == r["cu"] and w.seqused_k.tolist() == r["used"], rows
             width = max(len(p) for p in r["pages"])
             assert w.block_table.shape == (len(r["pages"]), width), rows
             assert w.block_table.tolist() == [p + [0] * (width - len(p)) for p in r["pages"]], rows
             assert all(a.dtype == np.int32 for a in (w.jobs, w.cu_seqlens_q, w.seqused_k, w.block_table))
+
+
+def test_a_wave_of_prompts_shorter_than_a_unit_has_no_page_jobs():
+    """Such a step reads no complete unit: chunk attention launches no page stage for it."""
+    (w,) = plan_chunks(np.array([0, 90, 290], dtype=np.int32), np.array([90, 200], dtype=np.int32), 0, None)
+    assert (w.page_jobs, w.window_jobs) == (0, len(w.jobs)) and len(w.jobs) > 0
+    (w,) = plan_chunks(np.array([0, 300], dtype=np.int32), np.array([300], dtype=np.int32), 0, None)
+    assert w.page_jobs == fmt.UNIT_BLOCKS
+

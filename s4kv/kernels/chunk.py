@@ -208,10 +208,12 @@ def chunk_attention(q, rows, regions, md, first_row: int, sm_scale: float, out: 
     hkv, d = rows[0].shape[1], rows[0].shape[2]
     for wave in step_waves(md, first_row, hkv, d, q.device):
         k_pages, v_pages = ChunkWorkspace.get(len(wave.jobs), hkv, d, q.device)
-        stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, WINDOW)
+        if wave.window_jobs:
+            stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, WINDOW)
         if store:
             store_blocks(rows, regions, md, wave.max_new_blocks, q.dtype, rows_range=(wave.row0, wave.row1))
-        stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, PAGE)
+        if wave.page_jobs:  # none when no row of the wave reads a complete unit (prompts under UNIT tokens)
+            stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, PAGE)
         dev = wave.device
         varlen_paged_attention(to_stage_dtype(q[wave.tok0:wave.tok1]), k_pages, v_pages, dev["cu_seqlens_q"],
                                wave.max_seqlen_q, dev["seqused_k"], wave.max_seqlen_k, dev["block_table"], sm_scale,

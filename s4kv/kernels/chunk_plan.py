@@ -58,6 +58,10 @@ class Wave:
     seqused_k: np.ndarray  # [groups] int32: keys of each group (its last query's position + 1)
     block_table: np.ndarray  # [groups, width] int32: scratch pages of each group, in key order
     device: dict = field(default_factory=dict)  # the arrays above as device tensors (to_device)
+    # jobs of each kind: a kind with none needs no stage launch (a step of prompts shorter than a
+    # unit reads no page, and a launch costs ~20-40 us of host time per layer: tools/launch_host_time.py)
+    page_jobs: int = field(init=False)
+    window_jobs: int = field(init=False)
     # FlashAttention's launch bounds, computed once here: every layer of the step reads them
     max_seqlen_q: int = field(init=False)
     max_seqlen_k: int = field(init=False)
@@ -65,6 +69,8 @@ class Wave:
     def __post_init__(self):
         self.max_seqlen_q = int(np.diff(self.cu_seqlens_q).max())
         self.max_seqlen_k = int(self.seqused_k.max())
+        self.window_jobs = int(self.jobs[:, 2].sum())
+        self.page_jobs = len(self.jobs) - self.window_jobs
 
 
 def plan_chunks(query_start_loc: np.ndarray, seq_lens: np.ndarray, first_row: int,
