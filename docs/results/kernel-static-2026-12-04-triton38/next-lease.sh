@@ -3,7 +3,8 @@
 # 151aefa (the last GPU kernel tests, 129 passed) has run only under Triton's interpreter: the
 # format's constants as one constexpr (2f867a6), the host's group padding (22680a6), the store's
 # per-row saturation (43a54de), the window layout and the store's chains (aff9045, c67d152), the
-# decode kernel's derived constexprs (66a4e05; SASS identical on 3.6 and 3.8). In order:
+# decode kernel's derived constexprs (66a4e05; SASS identical on 3.6 and 3.8), the chunk path's empty
+# stage launches skipped (5aaed9e). In order:
 #  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md, six calls), then
 #     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first)
 #  2. `bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store-chain`   (carry .gpu/t38/prewindow)
