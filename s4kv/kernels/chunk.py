@@ -65,10 +65,6 @@ def _stage_kernel(
     K_SCALE: tl.constexpr = layout(LAYOUT, "k_scale")
     K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
     FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
-    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
-    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
-    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
-    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     page = tl.program_id(0)
     h = tl.program_id(1)
     row = tl.load(jobs_ptr + page * 3)
@@ -122,7 +118,7 @@ def _stage_kernel(
         k_lo, k_hi, w_ks, _, _, _ = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
-            HKV, HALF, SLOTS, BS, UNIT // BS, W_V_CODES, W_K_SCALE, W_V_SCALE)
+            HKV, LAYOUT)
         # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
         # number, so it goes on after the rotation (as the pages' value scales do)
         k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
@@ -131,7 +127,7 @@ def _stage_kernel(
         _, _, _, v_lo, v_hi, w_vs = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
-            HKV, HALF, SLOTS, BS, UNIT // BS, W_V_CODES, W_K_SCALE, W_V_SCALE)
+            HKV, LAYOUT)
         v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
         tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * w_vs[:, None], USE_PTX))
         tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * w_vs[:, None], USE_PTX))

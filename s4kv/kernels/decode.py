@@ -254,7 +254,6 @@ def _decode_kernel(
     K_SCALE: tl.constexpr = layout(LAYOUT, "k_scale")
     K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
     FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
-    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
     W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
     W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
     W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
@@ -324,8 +323,7 @@ def _decode_kernel(
             for t0 in tl.range(w_lo, w_hi, TAIL_SUB, num_stages=TAIL_STAGES):
                 tt = t0 + tl.arange(0, TAIL_SUB)
                 in_tail = tt < w_hi
-                base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, SLOTS, BS,
-                                          UNIT // BS)
+                base, slot = window_slots(cache_ptr, bt_row, n_pages, tt, h * stride_ch, stride_cb, in_tail, LAYOUT)
                 rk = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :]
                 m = in_tail[:, None]
                 # codes - 127.5 are exact dot operands; the row's scale multiplies the score after

@@ -92,7 +92,6 @@ def _quantize_rows_kernel(
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
-    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
     W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
     W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
     W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
@@ -134,7 +133,7 @@ def _quantize_rows_kernel(
         seq = tl.load(seq_lens_ptr + t, mask=dec, other=0)
         dec = dec & (seq % UNIT != 0)
         base, slot = window_slots(cache_ptr, block_table_ptr + t64 * stride_bt, seq // UNIT * (UNIT // BS),
-                                  (seq - 1) % UNIT, h * stride_ch, stride_cb, dec, SLOTS, BS, UNIT // BS)
+                                  (seq - 1) % UNIT, h * stride_ch, stride_cb, dec, LAYOUT)
         codes = base[:, None] + slot[:, None] * (2 * HALF) + c[None, :] + which * W_V_CODES
         tl.store(codes, c_lo, mask=dec[:, None])
         tl.store(codes + HALF, c_hi, mask=dec[:, None])
@@ -194,10 +193,6 @@ def _store_blocks_kernel(
     K_MIN: tl.constexpr = layout(LAYOUT, "k_min")
     FIRST_KEY: tl.constexpr = layout(LAYOUT, "first_key")
     WINDOW_PAGES: tl.constexpr = layout(LAYOUT, "window_pages")
-    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
-    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
-    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
-    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
     row = row0 + tl.program_id(0)
     h = tl.program_id(1)
     i = tl.program_id(2)
@@ -231,8 +226,7 @@ def _store_blocks_kernel(
         from_window = pos < ctx  # only in the blocks of the first unit
         k_lo, k_hi, ks, v_lo, v_hi, vs = load_window_rows(
             cache_ptr, bt_row, first, pos - first * BS, h * stride_ch, stride_cb, from_window,
-            kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, ~from_window, c, HKV, HALF, SLOTS, BS, UNIT // BS,
-            W_V_CODES, W_K_SCALE, W_V_SCALE)
+            kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, ~from_window, c, HKV, LAYOUT)
         # the rows as s4kv.format dequantizes them: (code - 127.5) * scale, fp32, rotated basis
         k_lo, k_hi = k_lo * ks[:, None], k_hi * ks[:, None]
         v_lo, v_hi = v_lo * vs[:, None], v_hi * vs[:, None]
@@ -314,7 +308,6 @@ def _append_window_kernel(
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     D: tl.constexpr = layout(LAYOUT, "head_size")
-    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
     W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
     W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
     W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
@@ -336,7 +329,7 @@ def _append_window_kernel(
     m = ok[:, None]
     src = (tok * HKV + h)[:, None] * D + d[None, :]
     base, slot = window_slots(cache_ptr, block_table_ptr + row * stride_bt, unit_start // BS, t, h * stride_ch,
-                              stride_cb, ok, SLOTS, BS, UNIT // BS)
+                              stride_cb, ok, LAYOUT)
     dst = base[:, None] + slot[:, None] * D + d[None, :]
     tl.store(dst, tl.load(kc_ptr + src, mask=m), mask=m)
     tl.store(dst + W_V_CODES, tl.load(vc_ptr + src, mask=m), mask=m)

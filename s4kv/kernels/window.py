@@ -13,13 +13,18 @@ from the same 8-bit row, however the step is cut.
 import triton
 import triton.language as tl
 
+from s4kv.kernels import layout
+
 
 @triton.jit
-def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, SLOTS: tl.constexpr,
-                 BS: tl.constexpr, UNIT_BLOCKS: tl.constexpr):
+def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, LAYOUT: tl.constexpr):
     """(first byte of the kv head's region in each row's page, slot) of window rows `rows` ([n]
-    int32); bt_row_ptr: the row's block table; head_offset: h * the cache's head stride. Rows
-    outside `mask` point into the null page (block 0), never into another request's."""
+    int32); bt_row_ptr: the row's block table; head_offset: h * the cache's head stride; LAYOUT:
+    s4kv.format.kernel_layout. Rows outside `mask` point into the null page (block 0), never into
+    another request's."""
+    BS: tl.constexpr = layout(LAYOUT, "block_size")
+    UNIT_BLOCKS: tl.constexpr = layout(LAYOUT, "unit") // BS
+    SLOTS: tl.constexpr = layout(LAYOUT, "slots")
     # s4kv.format.window_page; unsigned: a row is 0..UNIT-1 where `mask` holds (the others load
     # nothing), and unsigned division by a power of two is a shift, with no sign correction
     r = rows.to(tl.uint32)
@@ -30,16 +35,17 @@ def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_c
 
 @triton.jit
 def load_window_rows(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window,
-                     kc_ptr, vc_ptr, sc_ptr, tok, h, from_step, c, HKV: tl.constexpr, HALF: tl.constexpr,
-                     SLOTS: tl.constexpr, BS: tl.constexpr, UNIT_BLOCKS: tl.constexpr, W_V_CODES: tl.constexpr,
-                     W_K_SCALE: tl.constexpr, W_V_SCALE: tl.constexpr):
+                     kc_ptr, vc_ptr, sc_ptr, tok, h, from_step, c, HKV: tl.constexpr, LAYOUT: tl.constexpr):
     """n tokens' window rows, each from the window in the pages (rows `rows` where `from_window`) or
     from this step's scratch rows (tokens `tok` where `from_step`): the K and V halves as
     code - 127.5 [n, HALF] (fp32, exact) and their scales [n] (fp32); a row is code * scale in the
     rotated basis. Zeros (scale 0) where neither."""
+    HALF: tl.constexpr = layout(LAYOUT, "half")
     D: tl.constexpr = 2 * HALF
-    base, slot = window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window, SLOTS,
-                              BS, UNIT_BLOCKS)
+    W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
+    W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
+    W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
+    base, slot = window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, from_window, LAYOUT)
     wk = base[:, None] + slot[:, None] * D + c[None, :]
     ks_w = tl.load((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=from_window, other=0.0)
     vs_w = tl.load((base + W_V_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=from_window, other=0.0)
