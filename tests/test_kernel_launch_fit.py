@@ -66,20 +66,20 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
     out = tmp_path / "static.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,stage-window,store,rows,append",
+    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,stage-window,store,rows,rows-stage,append",
                            "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16",
                            "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert len(rows) == 4 * 2 * 6
+    assert len(rows) == 4 * 2 * 7
     no_fit = [(r["kernel"], r["arch"], r["shape"], r["options"], r["shared_bytes"]) for r in rows
               if r["programs_per_sm"] < 1]
     assert not no_fit, f"kernels that cannot launch (kernel, arch, shape, options, shared bytes): {no_fit}"
     by = {(r["kernel"], r["arch"], r["shape"]): r for r in rows}
     # every architecture got the launch options it starts from on the device
     for (kernel, arch, shape), r in by.items():
-        kernel = "stage" if kernel == "stage-window" else kernel  # one kernel, two specializations
+        kernel = {"stage-window": "stage", "rows-stage": "rows"}.get(kernel, kernel)  # one kernel, two specializations
         d = 128 if shape == "qwen2.5-7b" else 64
         smem = 101_376 if arch in ("sm86", "sm89") else 232_448
         assert r["options"] == kernels.launch_options_for(kernel, d, smem), (kernel, arch, shape)
@@ -98,6 +98,13 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
     spilled = [(arch, shape, r["spill_bytes"]) for (kernel, arch, shape), r in by.items()
                if kernel == "store" and r["spill_bytes"]]
     assert not spilled, f"block store spills (arch, shape, bytes): {spilled}"
+    # the step's row kernel spills nothing as decode steps launch it (CUDA graphs); as mixed steps
+    # launch it (the chunk rows' queries staged for FlashAttention) ptxas keeps 72 registers at
+    # head_dim 128 and reloads one 64-bit value from local memory on sm86/sm89 (8 bytes; capped at
+    # 96 registers it spills none): more is a change to look at
+    spilled = [(kernel, arch, shape, r["spill_bytes"]) for (kernel, arch, shape), r in by.items()
+               if kernel in ("rows", "rows-stage") and r["spill_bytes"] > (8 if kernel == "rows-stage" else 0)]
+    assert not spilled, f"row kernel spills (kernel, arch, shape, bytes): {spilled}"
     # the stage kernel's window specialization keeps one half's tiles live at a time: loading keys
     # and values first, it spilled 448-1,712 bytes per thread (docs/results/kernel-static-2026-12-05-store/)
     window = {(arch, shape): r["spill_bytes"] for (kernel, arch, shape), r in by.items() if kernel == "stage-window"}

@@ -448,6 +448,59 @@ def test_row_kernel_writes_the_decode_rows_and_queries_as_the_separate_launches_
     assert torch.isfinite(out_fused[:n]).all() and torch.equal(out_fused[:n], out_apart[:n])
 
 
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("hq,hkv", [(7, 1), (4, 2), (2, 2)])  # query heads per kv head: 7 (odd), 2, 1
+def test_row_kernel_stages_the_chunk_queries_as_to_stage_dtype_does(q_dtype, hq, hkv):
+    """quantize_rows(stage=...) writes the queries of the tokens from `first_token` on into the fp16
+    buffer chunk attention hands FlashAttention, bit for bit as to_stage_dtype converts them
+    (saturated at +-65504, infinities included, NaN kept, subnormals rounded as fp16 rounds them)
+    and writes nothing before first_token, with and without the decode rows' work in the launch;
+    tokens across row-tile boundaries (16), first_token inside a tile."""
+    from s4kv.kernels.batch import S4KVMetadata, plan_launch
+    from s4kv.kernels.bench import _random_pages
+    from s4kv.kernels.chunk import staged_queries, to_stage_dtype
+
+    d, unit = 64, fmt.UNIT
+    seqs, qlens = [9, unit + 3, 2 * unit + 40], [1, 1, 35]  # two decode rows, a chunk row: 37 tokens
+    g = torch.Generator().manual_seed(11)
+    held = [fmt.blocks_held(n, d, 2) for n in seqs]
+    bt = torch.zeros(len(seqs), max(held), dtype=torch.int32)
+    at = 0
+    for r, n in enumerate(held):
+        bt[r, :n] = torch.arange(at, at + n, dtype=torch.int32)
+        at += n
+    qsl = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32)
+    seq = torch.tensor(seqs, dtype=torch.int32)
+    md = S4KVMetadata(len(seqs), int(qsl[-1]), max(qlens), max(seqs), qsl.to(DEVICE), seq.to(DEVICE),
+                      bt.to(DEVICE), qsl, seq)
+    plan_launch(md, hkv, num_sms=4)
+    assert md.num_decodes == 2
+    t = int(qsl[-1])
+    q = torch.randn(t, hq, d, generator=g) * 3
+    special = torch.tensor([7e4, -7e4, 65504.0, 65520.0, 1e6, float("inf"), float("-inf"), float("nan"),
+                            3e-6, -5e-8, 1e-9, 0.0])
+    q.view(-1)[torch.randperm(q.numel(), generator=g)[:len(special) * 8]] = special.repeat(8)
+    q = q.to(q_dtype)
+    # q as vLLM hands it: a view into a wider buffer (token stride != hq * d)
+    q = torch.cat([q, torch.zeros(t, 1, d, dtype=q_dtype)], dim=1)[:, :hq].to(DEVICE)
+    k = torch.randn(t, hkv, d, generator=g).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(t, hkv, d, generator=g).to(torch.bfloat16).to(DEVICE)
+    regions = _random_pages(at, hkv, d, g, "cpu").to(DEVICE)
+    want = to_stage_dtype(q)
+    for decodes in (None, (q, regions.clone(), md, d ** -0.5)):
+        staged = staged_queries(q, md)
+        assert staged is not None and staged.dtype == torch.float16
+        staged.fill_(1.5)  # a marker for tokens that must not be written
+        quantize_rows(k, v, decodes=decodes, stage=(q, staged, md.num_decodes))
+        n = md.num_decodes
+        assert (staged[:n] == 1.5).all()
+        got, ref = staged[n:].cpu(), want[n:].cpu()
+        assert torch.equal(got.isnan(), ref.isnan()) and ref.isnan().any()
+        ok = ~ref.isnan()
+        assert torch.equal(got[ok].view(torch.int16), ref[ok].view(torch.int16))
+        assert ref[ok].abs().max() == 65504.0 and (ref[ok] != 0).any()  # the special values reached it
+
+
 def test_decode_bench_inputs_repeat_exactly_and_the_kernel_reads_them_as_the_reference_does():
     """s4kv.kernels.bench and tools/gpu/tune_kernels.py build decode inputs again for every variant
     and compare outputs: the inputs must be the same each time (the new token's value once came
@@ -592,7 +645,8 @@ def test_batch_dependent_launch_arguments_are_not_compile_time():
     # view at the wave's offset in one upload buffer whose alignment Triton would specialize (stage)
     for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "parts"),
                         (store._store_blocks_kernel, "row0"), (store._append_window_kernel, "row0"),
-                        (store._quantize_rows_kernel, "n_decodes"), (chunk._stage_kernel, "jobs_ptr")):
+                        (store._quantize_rows_kernel, "n_decodes"), (store._quantize_rows_kernel, "stage_from"),
+                        (chunk._stage_kernel, "jobs_ptr")):
         fn = kernel.fn
         while hasattr(fn, "fn"):  # the interpreter wraps the JIT function
             fn = fn.fn

@@ -308,6 +308,21 @@ def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, None)
 
 
+def rows_stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """The same kernel as a mixed step launches it: the decode rows' work, and the chunk rows'
+    queries staged in fp16 for FlashAttention (STAGE_QUERIES; a bf16 model's)."""
+    from s4kv.kernels import store
+
+    _, hkv, d = SHAPES[shape]
+    q, md, regions = decode_batch(shape, dtype)
+    k = torch.zeros(md.num_reqs, hkv, d, dtype=q.dtype)
+    decodes = (q, regions, md, d ** -0.5)
+    stage = (q, torch.zeros(q.shape, dtype=torch.float16), 1)
+    kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
+                           lambda: store.quantize_rows(k, k.clone(), decodes=decodes, stage=stage))
+    return _facts(cc, shape, dtype, opts, kern, None)
+
+
 def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the kernel that writes a step's rows into the windows (no loop)."""
     from s4kv import format as fmt
@@ -323,7 +338,7 @@ def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
 
 
 VARIANTS = {"decode": decode_variant, "stage": stage_variant, "stage-window": stage_window_variant,
-            "store": store_variant, "rows": rows_variant,
+            "store": store_variant, "rows": rows_variant, "rows-stage": rows_stage_variant,
             "append": append_variant}
 
 
@@ -421,7 +436,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="decode", help="decode, stage, stage-window, store, rows, append (comma-separated)")
+    ap.add_argument("--kernel", default="decode", help="decode, stage, stage-window, store, rows, rows-stage, append (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")

@@ -190,11 +190,22 @@ def to_stage_dtype(x: torch.Tensor) -> torch.Tensor:
     return x.to(STAGE_DTYPE).clamp_(-fmt.FP16_MAX, fmt.FP16_MAX)
 
 
+def staged_queries(q: torch.Tensor, md) -> torch.Tensor | None:
+    """A buffer for the step's queries in STAGE_DTYPE ([T, Hq, D], contiguous), for the step's row
+    kernel to fill from the first chunk row's token on (s4kv.kernels.store.quantize_rows(stage=...))
+    and chunk_attention(staged_q=...) to read; None when the step has no chunk row or q already is
+    STAGE_DTYPE."""
+    if md.num_reqs <= md.num_decodes or q.dtype == STAGE_DTYPE:
+        return None
+    return torch.empty(q.shape, dtype=STAGE_DTYPE, device=q.device)
+
+
 def chunk_attention(q, rows, regions, md, first_row: int, sm_scale: float, out: torch.Tensor,
-                    store: bool = True) -> None:
+                    store: bool = True, staged_q: torch.Tensor | None = None) -> None:
     """out for the rows first_row.. (any query lengths); q (model dtype); rows: this step's window
     rows (s4kv.kernels.store.quantize_rows). Stores the blocks of the units these rows complete
-    (store_blocks), wave by wave; the windows are appended afterwards.
+    (store_blocks), wave by wave; the windows are appended afterwards. staged_q: q in STAGE_DTYPE
+    from the rows' first token on (staged_queries), or None to convert q here.
 
     Per wave: the window blocks are staged first, because the old window they read lives in the
     pages the store then writes (s4kv.format); then the store; then the blocks of complete
@@ -211,7 +222,8 @@ def chunk_attention(q, rows, regions, md, first_row: int, sm_scale: float, out: 
         if wave.page_jobs:  # none when no row of the wave reads a complete unit (prompts under UNIT tokens)
             stage_pages(wave, rows, regions, md, q.dtype, k_pages, v_pages, PAGE)
         dev = wave.device
-        varlen_paged_attention(to_stage_dtype(q[wave.tok0:wave.tok1]), k_pages, v_pages, dev["cu_seqlens_q"],
+        wave_q = to_stage_dtype(q[wave.tok0:wave.tok1]) if staged_q is None else staged_q[wave.tok0:wave.tok1]
+        varlen_paged_attention(wave_q, k_pages, v_pages, dev["cu_seqlens_q"],
                                wave.max_seqlen_q, dev["seqused_k"], wave.max_seqlen_k, dev["block_table"], sm_scale,
                                out[wave.tok0:wave.tok1],
                                host=(wave.cu_seqlens_q, wave.seqused_k, wave.block_table))

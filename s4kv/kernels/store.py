@@ -29,7 +29,7 @@ import triton.language as tl
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, layout, padded_group, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
-from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
+from s4kv.kernels.quant import clamp_fp16, fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
 from s4kv.kernels.window import load_window_rows, window_slots
 from s4kv.kernels.workspace import ReservedWorkspace
 
@@ -72,8 +72,9 @@ def _row_codes(x_lo, x_hi):
     return c_lo, c_hi, s
 
 
-# n_tiles and n_decodes follow the batch: not specialized (a new value would compile the kernel again mid-serving)
-@triton.jit(do_not_specialize=["n_tiles", "n_decodes"])
+# n_tiles, n_decodes and stage_from follow the batch: not specialized (a new value would compile the
+# kernel again mid-serving)
+@triton.jit(do_not_specialize=["n_tiles", "n_decodes", "stage_from"])
 def _quantize_rows_kernel(
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh, n_tokens,
     kc_ptr, vc_ptr, sc_ptr,  # StepRows: [T, Hkv, D] uint8 x 2, [T, Hkv, 2] fp16
@@ -82,12 +83,16 @@ def _quantize_rows_kernel(
     # their rows written into their windows, in the same launch
     n_tiles, n_decodes, q_ptr, stride_qt, stride_qh, qr_ptr, q_scale,
     cache_ptr, stride_cb, stride_ch, qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
+    # STAGE_QUERIES: the queries of tokens stage_from.. in fp16 for chunk attention, [T, Hq, D] contiguous
+    qs_ptr, stage_from,
     HKV: tl.constexpr, TILE: tl.constexpr, OP_DTYPE: tl.constexpr,
-    INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr,
+    INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, STAGE_QUERIES: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
 ):
     """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
-    programs (n_tiles + r, kv head, 0) rotate decode row r's queries."""
+    programs (n_tiles + r, kv head, 0) rotate decode row r's queries; with STAGE_QUERIES, programs
+    (tile, kv head, 2) write the tile's queries of that kv head's group as chunk attention's
+    FlashAttention takes them."""
     G_PAD: tl.constexpr = padded_group(GROUP)
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
@@ -98,6 +103,24 @@ def _quantize_rows_kernel(
     tile = tl.program_id(0)
     h = tl.program_id(1)
     which = tl.program_id(2)
+    if STAGE_QUERIES and which == 2:
+        t = tile * TILE + tl.arange(0, TILE)
+        ok = t < n_tokens
+        t64 = t.to(tl.int64)
+        # the chunk rows' queries in the staged pages' dtype (s4kv.kernels.chunk.to_stage_dtype: fp16,
+        # saturated at its range, NaN kept), which saves the layer two elementwise launches per wave
+        # (a cast and a clamp: 29 us of device time with a 2,048-token chunk, H200). Programs of their
+        # own, one query head after another: unrolled over the heads, or in the key and value
+        # programs after their rows, the kernel spilled more (tools/kernel_static.py --kernel rows-stage).
+        tl.static_assert(qs_ptr.dtype.element_ty == tl.float16)
+        d = tl.arange(0, 2 * HALF)
+        staged = (ok & (t >= stage_from))[:, None]
+        q_src = q_ptr + t64[:, None] * stride_qt + d[None, :]
+        q_dst = qs_ptr + t64[:, None] * (GROUP * HKV * 2 * HALF) + d[None, :]
+        for g in tl.range(0, GROUP):
+            x = tl.load(q_src + (h * GROUP + g) * stride_qh, mask=staged)
+            tl.store(q_dst + (h * GROUP + g) * (2 * HALF), clamp_fp16(x.to(tl.float32)).to(tl.float16), mask=staged)
+        return
     if DECODES and tile >= n_tiles:
         if which == 0:
             rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, q_scale, tile - n_tiles,
@@ -105,8 +128,8 @@ def _quantize_rows_kernel(
         return
     t = tile * TILE + tl.arange(0, TILE)
     ok = t < n_tokens
-    c = tl.arange(0, HALF)
     t64 = t.to(tl.int64)
+    c = tl.arange(0, HALF)
     row = (t64 * HKV + h)
     m = ok[:, None]
     if which == 0:
@@ -141,7 +164,8 @@ def _quantize_rows_kernel(
         tl.store((base + scale_at).to(tl.pointer_type(tl.float16)) + slot, s.to(tl.float16), mask=dec)
 
 
-def quantize_rows(k, v, tile: int = 16, decodes=None):
+
+def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
     """This step's window rows: k, v [T, Hkv, D] (model dtype) -> StepRows buffers (codes K, codes V,
     scales), filled for the T tokens.
 
@@ -149,28 +173,34 @@ def quantize_rows(k, v, tile: int = 16, decodes=None):
     decode rows (md.num_decodes, first): writes their rows into their windows, so append_window
     starts after them (first_row=md.num_decodes), and rotates their queries for the page kernel
     (s4kv.kernels.decode.rotated_queries, decode_attention(queries_rotated=True)).
+    stage: (q, staged, first_token), or None. Then the same launch also writes q's tokens from
+    first_token on into staged ([T, Hq, D] fp16, contiguous) as s4kv.kernels.chunk.to_stage_dtype
+    would (s4kv.kernels.chunk.staged_queries).
     """
     t, hkv, d = k.shape
     kc, vc, sc = StepRows.get(t, hkv, d, k.device)
     n_tiles = -(-t // tile)  # cdiv (triton.cdiv is a constexpr function: slow on the host)
+    q = None if decodes is None and stage is None else (decodes or stage)[0]
+    group = 1 if q is None else q.shape[1] // hkv
     if decodes is None:
-        n_dec, group = 0, 1
-        q_args = (k, 0, 0, sc, 1.0, kc, 0, 0, sc, sc, sc, 0)  # unused pointers and strides
+        n_dec = 0
+        q_args = (k, 0, 0) if q is None else (q, q.stride(0), q.stride(1))
+        q_args += (sc, 1.0, kc, 0, 0, sc, sc, sc, 0)  # unused pointers and strides
     else:
-        q, regions, md, sm_scale = decodes
+        _, regions, md, sm_scale = decodes
         n_dec = md.num_decodes
-        group = q.shape[1] // hkv
         qr = rotated_queries(q, md) if n_dec else sc  # no decode row: nothing writes or reads it
         q_args = (q, q.stride(0), q.stride(1), qr, sm_scale * LOG2E,
                   regions, regions.stride(0), regions.stride(1), md.query_start_loc, md.seq_lens,
                   md.block_table, md.block_table.stride(0))
+    staged, stage_from = (sc, 0) if stage is None else stage[1:]  # sc: an unused pointer
     if t or n_dec:
-        _quantize_rows_kernel[(n_tiles + n_dec, hkv, 2)](
+        _quantize_rows_kernel[(n_tiles + n_dec, hkv, 2 if stage is None else 3)](
             k, v, k.stride(0), k.stride(1), v.stride(0), v.stride(1), t, kc, vc, sc,
-            rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args,
+            rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args, staged, stage_from,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
+            STAGE_QUERIES=stage is not None, LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
