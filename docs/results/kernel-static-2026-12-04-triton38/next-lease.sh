@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (2026-12-05, third session without a GPU). Everything below since
-# 151aefa (the last GPU kernel tests, 129 passed) has run only under Triton's interpreter: the
-# format's constants as one constexpr (2f867a6), the host's group padding (22680a6), the store's
-# per-row saturation (43a54de), the window layout and the store's chains (aff9045, c67d152), the
-# decode kernel's derived constexprs (66a4e05; SASS identical on 3.6 and 3.8), the chunk path's empty
-# stage launches skipped (5aaed9e). In order:
-#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md, six calls), then
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05 after that day's lease, which ran the GPU kernel
+# tests at 65dc178 (133 passed), the store-chain step below and `bench-speed` with auto, int4_kivi and
+# fp8: docs/results/gpu-h200-2026-12-05-store-chain/). Since then, interpreter-only: the chunk rows'
+# fp16 query cast in the step's row kernel (1b98bd4). In order:
+#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 48`: the tree is
+#     14.4 MiB, so 58 MiB chunks exceed a call's 64 MiB), then
 #     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first)
-#  2. `bash docs/results/kernel-static-2026-12-04-triton38/next-lease.sh store-chain`   (carry .gpu/t38/prewindow)
+#  2. the row kernel's staged queries against the two PyTorch ops before them, in one call (needs
+#     vLLM on PYTHONPATH for FlashAttention, which this script's store-chain step forgot):
+#       mkdir -p .gpu/t38/prestage && git archive 8a0d967 s4kv | tar -x -C .gpu/t38/prestage
+#       carry [".gpu/t38/prestage"]; command: source /root/s4kv-env.sh; for p in 1 2; do for dir in
+#       .gpu/t38/prestage .; do PYTHONPATH=$dir:/tmp/site python3 tools/gpu/host_overhead.py --kv int4_kivi
+#       --decodes 0,31,31 --chunks 2048,512,2048 --json $OUT/stage-$(basename $dir)-$p.json; done; done
 #  3. issue 14's acceptance, all four dtypes in one run:
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
-#     with it; 1,070 s on 2026-12-01),
+#     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
 #     then `bash tools/gpu/run-on-device.sh collect` calls until it is done
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
 # Issue 20 instead (one GPU issue per lease): step 1, then
@@ -70,7 +74,7 @@ if [ "${1:-}" = store-chain ]; then
     for tree in prewindow after after-128regs; do
       dir=.gpu/t38/prewindow; [ $tree != prewindow ] && dir=.
       cfg=; [ $tree = after-128regs ] && cfg=$W/store-128regs.json
-      S4KV_KERNEL_CONFIG=$cfg PYTHONPATH="$dir" timeout 140 python3 tools/gpu/host_overhead.py --kv int4_kivi \
+      S4KV_KERNEL_CONFIG=$cfg PYTHONPATH="$dir:${PYTHONPATH:-/tmp/site}" timeout 140 python3 tools/gpu/host_overhead.py --kv int4_kivi \
         --decodes 32,64,8,31,31 --chunks 0,0,0,512,2048 --chunk-offset 100 --json "$W/chain-$tree-$pass.json" \
         >"$W/chain-$tree-$pass.log" 2>&1
       echo "== store-chain $tree pass $pass rc=$?"; grep -iE "^ +[0-9]+ +[0-9]+ |store" "$W/chain-$tree-$pass.log" | tail -n 10
