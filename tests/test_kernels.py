@@ -390,25 +390,12 @@ def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
         assert err < 2e-3, err  # 16-bit rounding, and a row code may differ by one (fp32 vs float64 rotation)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_row_kernel_writes_the_decode_rows_and_queries_as_the_separate_launches_do(dtype):
-    """The step's row kernel with `decodes` (the backend's path since 2026-12-04) writes each decode
-    row's 8-bit row into its window and rotates its queries: the cache bytes and the rotated queries
-    must be exactly those of the separate launches (rows, append_window over every row, the
-    decode's own rotation), for decode rows in the middle of a unit, at its first and last row and
-    completing it (no window slot), beside a chunk row and a padding row (no query)."""
+def _step_metadata(seqs, qlens, hkv, d, dtype, g):
+    """(metadata, blocks) of one step: rows of `seqs` tokens with `qlens` new ones each (decode rows
+    first, 0 for a padding row), each holding its blocks (s4kv.format.blocks_held) at places shuffled
+    among `blocks` pages (4 spare)."""
     from s4kv.kernels.batch import S4KVMetadata, plan_launch
-    from s4kv.kernels.bench import _random_pages
-    from s4kv.kernels.decode import decode_attention, rotated_queries
-    from s4kv.kernels.store import append_window
 
-    unit = fmt.UNIT
-    hq, hkv, d = 4, 2, 64
-    # four decode rows (positions 4, unit - 1: completes its unit, unit: a new window's first row,
-    # 2 * unit - 2: its window's last), a chunk row of 30 tokens, a padding row
-    seqs = [5, unit, unit + 1, 2 * unit - 1, unit + 40, 0]
-    qlens = [1, 1, 1, 1, 30, 0]
-    g = torch.Generator().manual_seed(3)
     held = [fmt.blocks_held(max(n, 1), d, dtype.itemsize) for n in seqs]
     table = torch.randperm(sum(held) + 4, generator=g)[:sum(held)].to(torch.int32)
     bt = torch.zeros(len(seqs), max(held), dtype=torch.int32)
@@ -420,13 +407,34 @@ def test_row_kernel_writes_the_decode_rows_and_queries_as_the_separate_launches_
     seq = torch.tensor(seqs, dtype=torch.int32)
     md = S4KVMetadata(len(seqs), int(qsl[-1]), max(qlens), max(seqs), qsl.to(DEVICE), seq.to(DEVICE),
                       bt.to(DEVICE), qsl, seq)
-    plan_launch(md, hkv, num_sms=4)
+    return plan_launch(md, hkv, num_sms=4), sum(held) + 4
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_kernel_writes_the_decode_rows_and_queries_as_the_separate_launches_do(dtype):
+    """The step's row kernel with `decodes` (the backend's path since 2026-12-04) writes each decode
+    row's 8-bit row into its window and rotates its queries: the cache bytes and the rotated queries
+    must be exactly those of the separate launches (rows, append_window over every row, the
+    decode's own rotation), for decode rows in the middle of a unit, at its first and last row and
+    completing it (no window slot), beside a chunk row and a padding row (no query)."""
+    from s4kv.kernels.bench import _random_pages
+    from s4kv.kernels.decode import decode_attention, rotated_queries
+    from s4kv.kernels.store import append_window
+
+    unit = fmt.UNIT
+    hq, hkv, d = 4, 2, 64
+    # four decode rows (positions 4, unit - 1: completes its unit, unit: a new window's first row,
+    # 2 * unit - 2: its window's last), a chunk row of 30 tokens, a padding row
+    seqs = [5, unit, unit + 1, 2 * unit - 1, unit + 40, 0]
+    qlens = [1, 1, 1, 1, 30, 0]
+    g = torch.Generator().manual_seed(3)
+    md, blocks = _step_metadata(seqs, qlens, hkv, d, dtype, g)
     assert md.num_decodes == 4
-    t = int(qsl[-1])
+    t = md.num_actual_tokens
     q = torch.randn(t, hq, d, generator=g).to(dtype).to(DEVICE)
     k = (torch.randn(t, hkv, d, generator=g) * 2).to(dtype).to(DEVICE)
     v = torch.randn(t, hkv, d, generator=g).to(dtype).to(DEVICE)
-    regions = _random_pages(sum(held) + 4, hkv, d, g, "cpu").to(DEVICE)  # finite scales: outputs compare
+    regions = _random_pages(blocks, hkv, d, g, "cpu").to(DEVICE)  # finite scales: outputs compare
     fused, apart = regions.clone(), regions.clone()
     scale = d ** -0.5
 
@@ -456,26 +464,15 @@ def test_row_kernel_stages_the_chunk_queries_as_to_stage_dtype_does(q_dtype, hq,
     (saturated at +-65504, infinities included, NaN kept, subnormals rounded as fp16 rounds them)
     and writes nothing before first_token, with and without the decode rows' work in the launch;
     tokens across row-tile boundaries (16), first_token inside a tile."""
-    from s4kv.kernels.batch import S4KVMetadata, plan_launch
     from s4kv.kernels.bench import _random_pages
     from s4kv.kernels.chunk import staged_queries, to_stage_dtype
 
     d, unit = 64, fmt.UNIT
     seqs, qlens = [9, unit + 3, 2 * unit + 40], [1, 1, 35]  # two decode rows, a chunk row: 37 tokens
     g = torch.Generator().manual_seed(11)
-    held = [fmt.blocks_held(n, d, 2) for n in seqs]
-    bt = torch.zeros(len(seqs), max(held), dtype=torch.int32)
-    at = 0
-    for r, n in enumerate(held):
-        bt[r, :n] = torch.arange(at, at + n, dtype=torch.int32)
-        at += n
-    qsl = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32)
-    seq = torch.tensor(seqs, dtype=torch.int32)
-    md = S4KVMetadata(len(seqs), int(qsl[-1]), max(qlens), max(seqs), qsl.to(DEVICE), seq.to(DEVICE),
-                      bt.to(DEVICE), qsl, seq)
-    plan_launch(md, hkv, num_sms=4)
+    md, blocks = _step_metadata(seqs, qlens, hkv, d, torch.bfloat16, g)
     assert md.num_decodes == 2
-    t = int(qsl[-1])
+    t = md.num_actual_tokens
     q = torch.randn(t, hq, d, generator=g) * 3
     special = torch.tensor([7e4, -7e4, 65504.0, 65520.0, 1e6, float("inf"), float("-inf"), float("nan"),
                             3e-6, -5e-8, 1e-9, 0.0])
@@ -485,7 +482,7 @@ def test_row_kernel_stages_the_chunk_queries_as_to_stage_dtype_does(q_dtype, hq,
     q = torch.cat([q, torch.zeros(t, 1, d, dtype=q_dtype)], dim=1)[:, :hq].to(DEVICE)
     k = torch.randn(t, hkv, d, generator=g).to(torch.bfloat16).to(DEVICE)
     v = torch.randn(t, hkv, d, generator=g).to(torch.bfloat16).to(DEVICE)
-    regions = _random_pages(at, hkv, d, g, "cpu").to(DEVICE)
+    regions = _random_pages(blocks, hkv, d, g, "cpu").to(DEVICE)
     want = to_stage_dtype(q)
     for decodes in (None, (q, regions.clone(), md, d ** -0.5)):
         staged = staged_queries(q, md)
