@@ -234,24 +234,29 @@ def time_prefill(inputs, d: int) -> dict:
     """Chunk attention on prefill_inputs(...): median ms of one layer (stage + FlashAttention; the
     step's plan is made once for all layers and kept, as in serving), of the stage kernel alone, and
     the host time of planning the step (us). The store of the blocks the chunk completes is left
-    out (store=False): it is not attention, and the numbers stay comparable with earlier runs."""
+    out (store=False): it is not attention, and the numbers stay comparable with earlier runs. So is
+    the queries' fp16 cast for a bf16 model, which the step's row kernel does in serving since
+    2026-12-05 (quantize_rows(stage=...)); runs before then included it (two PyTorch kernels, 29 us
+    at 2,048 tokens on the H200)."""
     import time
 
     import triton.testing
 
-    from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, stage_pages, step_waves
+    from s4kv.kernels.chunk import ChunkWorkspace, chunk_attention, stage_pages, staged_queries, step_waves
     from s4kv.kernels.chunk_plan import PAGE, WINDOW
     from s4kv.kernels.store import quantize_rows
 
     q, k, v, regions, md, out = inputs
-    rows = quantize_rows(k, v)
+    staged_q = staged_queries(q, md)
+    rows = quantize_rows(k, v, stage=None if staged_q is None else (q, staged_q, md.num_decodes))
     hkv = k.shape[1]
     t0 = time.perf_counter()
     for _ in range(20):
         md.chunk_waves = None
         step_waves(md, 0, hkv, d, k.device)
     plan_us = (time.perf_counter() - t0) / 20 * 1e6
-    ms = triton.testing.do_bench(lambda: chunk_attention(q, rows, regions, md, 0, d ** -0.5, out, store=False),
+    ms = triton.testing.do_bench(lambda: chunk_attention(q, rows, regions, md, 0, d ** -0.5, out, store=False,
+                                                         staged_q=staged_q),
                                  warmup=10, rep=100, return_mode="median")
     (wave,) = step_waves(md, 0, hkv, d, k.device)
     kp, vp = ChunkWorkspace.get(len(wave.jobs), hkv, d, k.device)
