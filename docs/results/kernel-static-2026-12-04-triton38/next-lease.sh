@@ -12,6 +12,10 @@
 #       carry [".gpu/t38/prestage"]; command: source /root/s4kv-env.sh; for p in 1 2; do for dir in
 #       .gpu/t38/prestage .; do PYTHONPATH=$dir:/tmp/site python3 tools/gpu/host_overhead.py --kv int4_kivi
 #       --decodes 0,31,31 --chunks 2048,512,2048 --json $OUT/stage-$(basename $dir)-$p.json; done; done
+#     and where an eager mixed layer's host time goes on the GPU's host (577-1,188 us against 322-706
+#     of device time on 2026-12-05; Triton's dispatch is 9.5-21.4 us per launch on the CPU machine,
+#     docs/results/cpu-2026-12-05-launch-host-time/ addendum):
+#       `HOST_ARGS="--cprofile 30" bash tools/gpu/run-on-device.sh host-overhead`
 #  3. issue 14's acceptance, all four dtypes in one run:
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
 #     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
