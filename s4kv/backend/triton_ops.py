@@ -2,9 +2,10 @@
 
 Same contract as ``s4kv.backend.torch_ops.forward``; the phases are separate launches:
 this step's tokens as 8-bit window rows, with the decode rows' queries rotated and their rows
-written into their windows, and the chunk rows' queries cast for FlashAttention, in the same launch -> store the units decode rows complete -> decode
-rows (split-KV) -> chunk rows, wave by wave (stage their window blocks, store the units they
-complete, stage their pages, FlashAttention) -> append the chunk rows' windows. The order follows
+written into their windows, and the chunk rows' queries cast for FlashAttention, in the same
+launch -> store the units decode rows complete -> decode rows (split-KV) -> chunk rows, wave by
+wave (stage their window blocks, store the units they complete, stage their pages,
+FlashAttention) -> append the chunk rows' windows. The order follows
 the windows: a chunk row's old window lives in the pages its store and its new window rows
 overwrite (s4kv.format), so everything that reads it comes before them; a decode row's new row
 goes to the slot after its window, which nothing reads in this step.

@@ -128,8 +128,8 @@ def _quantize_rows_kernel(
         return
     t = tile * TILE + tl.arange(0, TILE)
     ok = t < n_tokens
-    t64 = t.to(tl.int64)
     c = tl.arange(0, HALF)
+    t64 = t.to(tl.int64)
     row = (t64 * HKV + h)
     m = ok[:, None]
     if which == 0:
@@ -162,7 +162,6 @@ def _quantize_rows_kernel(
         tl.store(codes + HALF, c_hi, mask=dec[:, None])
         scale_at = tl.where(which == 0, W_K_SCALE, W_V_SCALE)
         tl.store((base + scale_at).to(tl.pointer_type(tl.float16)) + slot, s.to(tl.float16), mask=dec)
-
 
 
 def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
