@@ -44,9 +44,15 @@ def tl_dtype(dtype: torch.dtype):
     return _TL[dtype]
 
 
+# triton.jit reads TRITON_INTERPRET when a kernel is defined, so whether s4kv's kernels run under the
+# interpreter is settled when this package is imported: read once (an environment lookup per call
+# cost about 2 us of host time, 7 calls per eager layer; tools/layer_host_profile.py)
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def interpreted() -> bool:
     """Kernels run under Triton's interpreter (CPU tests): no inline PTX, no bf16 dots."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return _INTERPRETED
 
 
 def dot_dtype(dtype: torch.dtype):
@@ -92,8 +98,11 @@ def _max_shared_memory(index: int) -> int:
 
 def max_shared_memory(device) -> int | None:
     """Shared memory a block may use on a CUDA device (what Triton checks at launch); None elsewhere."""
-    device = torch.device(device) if device is not None else None
-    if device is None or device.type != "cuda" or interpreted():
+    if device is None or _INTERPRETED:
+        return None
+    if not isinstance(device, torch.device):  # a tensor's .device already is one (every launch)
+        device = torch.device(device)
+    if device.type != "cuda":
         return None
     return _max_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
 
@@ -107,9 +116,10 @@ def launch_options(kernel: str, head_size: int, device=None) -> dict:
 def launch_options_for(kernel: str, head_size: int, shared_memory: int | None) -> dict:
     """The same for a GPU whose blocks may use `shared_memory` bytes (None: no rule, e.g. off the
     GPU); tools/kernel_static.py asks it per architecture."""
-    small = shared_memory is not None and shared_memory < SMALL_SHARED_MEMORY
-    base = SMALL_SHARED_LAUNCH.get((kernel, head_size), {}) if small else {}
-    return {**base, **LAUNCH.get((kernel, head_size), {})}
+    tuned = LAUNCH.get((kernel, head_size))
+    if shared_memory is None or shared_memory >= SMALL_SHARED_MEMORY:
+        return dict(tuned) if tuned else {}
+    return {**SMALL_SHARED_LAUNCH.get((kernel, head_size), {}), **(tuned or {})}
 
 
 def mma_sync_env(capability_major: int | None) -> dict[str, str]:

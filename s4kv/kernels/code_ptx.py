@@ -43,3 +43,7 @@ def unpack_ptx(dtype: str, half: str) -> str:
 # two elements instead of a compare, a min and a select per element. Triton hands a pack of two
 # elements over as $1, $2 in element order; cvt puts its first source in the high half, so $2 goes first.
 FP16_SATFINITE = "cvt.rn.satfinite.f16x2.f32 $0, $2, $1;"
+
+# every unpack_ptx string, for the kernels' constexpr functions (s4kv.kernels.quant.unpack_asm), which
+# may read module attributes but not call plain functions
+UNPACK_PTX = {(dtype, half): unpack_ptx(dtype, half) for dtype in ("bf16", "fp16") for half in ("lo", "hi")}

@@ -4,10 +4,19 @@ rotation, and the code operands of the attention dots."""
 import triton
 import triton.language as tl
 
-from s4kv.kernels.code_ptx import FP16_SATFINITE as _FP16_SATFINITE
-from s4kv.kernels.code_ptx import unpack_ptx
+from s4kv import format as fmt
+from s4kv.kernels import code_ptx
 
-FP16_MAX = tl.constexpr(65504.0)
+# Constants reach the kernels through constexpr functions, not global tl.constexpr values: Triton
+# compares every global constexpr a kernel read with its value at compile time on every launch
+# (constexpr.__ne__, about 2.5 us of host time each on the project's CPU machine; 2 per stage launch),
+# and a function call is resolved at compile time only (tools/layer_host_profile.py).
+
+
+@triton.constexpr_function
+def fp16_max() -> float:
+    """The largest finite fp16 (s4kv.format.FP16_MAX)."""
+    return fmt.FP16_MAX
 
 
 @triton.jit
@@ -40,7 +49,7 @@ def saturate(x):
     is_nan = x != x  # noqa: PLR0124 - the NaN test Triton lowers everywhere
     bad = is_nan | (tl.abs(x) == float("inf"))
     y = tl.where(is_nan, 0.0, x)
-    y = tl.minimum(tl.maximum(y, -FP16_MAX), FP16_MAX)
+    y = tl.minimum(tl.maximum(y, -fp16_max()), fp16_max())
     return y, bad
 
 
@@ -48,10 +57,13 @@ def saturate(x):
 def clamp_fp16(x):
     """x clamped to the finite fp16 range with NaN kept as NaN (comparisons with NaN are false),
     unlike `saturate`, which zeroes NaN for the quantizer and reports it in a mask."""
-    return tl.where(x > FP16_MAX, FP16_MAX, tl.where(x < -FP16_MAX, -FP16_MAX, x))
+    return tl.where(x > fp16_max(), fp16_max(), tl.where(x < -fp16_max(), -fp16_max(), x))
 
 
-FP16_SATFINITE = tl.constexpr(_FP16_SATFINITE)
+@triton.constexpr_function
+def fp16_satfinite_ptx() -> str:
+    """s4kv.kernels.code_ptx.FP16_SATFINITE, for inline_asm_elementwise."""
+    return code_ptx.FP16_SATFINITE
 
 
 @triton.jit
@@ -60,7 +72,7 @@ def to_fp16_saturated(x, USE_PTX: tl.constexpr):
     USE_PTX: one inline-PTX conversion per two elements (s4kv.kernels.code_ptx.FP16_SATFINITE); else
     Triton operations (the interpreter)."""
     if USE_PTX:
-        return tl.inline_asm_elementwise(FP16_SATFINITE, "=r,r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
+        return tl.inline_asm_elementwise(fp16_satfinite_ptx(), "=r,r,r", [x], dtype=tl.float16, is_pure=True, pack=2)
     else:
         return clamp_fp16(x).to(tl.float16)
 
@@ -97,10 +109,10 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
     return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
 
 
-UNPACK_LO_BF16 = tl.constexpr(unpack_ptx("bf16", "lo"))
-UNPACK_HI_BF16 = tl.constexpr(unpack_ptx("bf16", "hi"))
-UNPACK_LO_FP16 = tl.constexpr(unpack_ptx("fp16", "lo"))
-UNPACK_HI_FP16 = tl.constexpr(unpack_ptx("fp16", "hi"))
+@triton.constexpr_function
+def unpack_asm(code: str, half: str) -> str:
+    """s4kv.kernels.code_ptx.unpack_ptx(code, half), for inline_asm_elementwise."""
+    return code_ptx.UNPACK_PTX[(code, half)]
 
 
 @triton.jit
@@ -116,11 +128,11 @@ def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexp
     USE_PTX: compiled (inline PTX); else the same values with Triton operations (the interpreter)."""
     if USE_PTX:
         if CODE_DTYPE == tl.bfloat16:
-            lo = _unpack_half(packed, UNPACK_LO_BF16, tl.bfloat16)
-            hi = _unpack_half(packed, UNPACK_HI_BF16, tl.bfloat16)
+            lo = _unpack_half(packed, unpack_asm("bf16", "lo"), tl.bfloat16)
+            hi = _unpack_half(packed, unpack_asm("bf16", "hi"), tl.bfloat16)
         else:
-            lo = _unpack_half(packed, UNPACK_LO_FP16, tl.float16)
-            hi = _unpack_half(packed, UNPACK_HI_FP16, tl.float16)
+            lo = _unpack_half(packed, unpack_asm("fp16", "lo"), tl.float16)
+            hi = _unpack_half(packed, unpack_asm("fp16", "hi"), tl.float16)
     else:
         bias: tl.constexpr = 128.0 if CODE_DTYPE == tl.bfloat16 else 64.0
         lo = (packed & 0xF).to(tl.float32) + bias
