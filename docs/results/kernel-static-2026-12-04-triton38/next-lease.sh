@@ -2,7 +2,8 @@
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05 after that day's lease, which ran the GPU kernel
 # tests at 65dc178 (133 passed), the store-chain step below and `bench-speed` with auto, int4_kivi and
 # fp8: docs/results/gpu-h200-2026-12-05-store-chain/). Since then, interpreter-only: the chunk rows'
-# fp16 query cast in the step's row kernel (1b98bd4). In order:
+# fp16 query cast in the step's row kernel (1b98bd4), and the kernels' constants through constexpr
+# functions with less host glue per launch (194030d; SASS identical 112/112). In order:
 #  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 48`: the tree is
 #     14.4 MiB, so 58 MiB chunks exceed a call's 64 MiB), then
 #     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first)
