@@ -1,10 +1,14 @@
 """Triton 3.6 dispatch split: the binder (argument binding and specialization) against the cache key
-(compute_cache_key), on direct_launch_cost.py's toy kernels; run from the repository root:
+(compute_cache_key), on toy_launch_cost.py's toy kernels; run from the repository root:
     PYTHONPATH=. python docs/results/cpu-2026-12-05-launch-host-time/dispatch_parts.py
 """
-import sys, timeit
-sys.argv=['x']
-exec(open('docs/results/cpu-2026-12-05-launch-host-time/direct_launch_cost.py').read().split('t = torch.zeros(64)')[0])
+import sys
+import timeit
+
+sys.path.insert(0, 'docs/results/cpu-2026-12-05-launch-host-time')
+import torch  # noqa: E402
+from toy_launch_cost import make  # noqa: E402 - sets the compile-only driver
+from triton.runtime import driver  # noqa: E402
 from triton.runtime.jit import compute_cache_key
 t = torch.zeros(64)
 for n_ptr, n_int, n_const in [(12, 8, 0), (12, 8, 20)]:

@@ -35,12 +35,17 @@ def make(n_ptr, n_int, n_const):
     return mod.k
 
 
-t = torch.zeros(64)
-print(f"Triton {triton.__version__}")
-for n_ptr, n_int, n_const in [(1, 0, 0), (1, 0, 20), (12, 0, 0), (12, 8, 0), (12, 8, 20), (12, 8, 30)]:
-    k = make(n_ptr, n_int, n_const)
-    args = [t] * n_ptr + [17 + 16 * i for i in range(n_int)]
-    kw = {f"C{i}": 128 for i in range(n_const)}
-    k[(1,)](*args, **kw)  # compiles
-    dt = min(timeit.repeat(lambda: k[(4, 8)](*args, **kw), number=2000, repeat=5)) / 2000
-    print(f"pointers {n_ptr:2d}  ints {n_int:2d}  constexprs {n_const:2d}: {dt * 1e6:6.2f} µs per launch")
+def toy_args(n_ptr, n_int, n_const):
+    """(positional arguments, constexpr keywords) of a toy kernel's launch."""
+    t = torch.zeros(64)
+    return [t] * n_ptr + [17 + 16 * i for i in range(n_int)], {f"C{i}": 128 for i in range(n_const)}
+
+
+if __name__ == "__main__":
+    print(f"Triton {triton.__version__}")
+    for n_ptr, n_int, n_const in [(1, 0, 0), (1, 0, 20), (12, 0, 0), (12, 8, 0), (12, 8, 20), (12, 8, 30)]:
+        k = make(n_ptr, n_int, n_const)
+        args, kw = toy_args(n_ptr, n_int, n_const)
+        k[(1,)](*args, **kw)  # compiles
+        dt = min(timeit.repeat(lambda: k[(4, 8)](*args, **kw), number=2000, repeat=5)) / 2000
+        print(f"pointers {n_ptr:2d}  ints {n_int:2d}  constexprs {n_const:2d}: {dt * 1e6:6.2f} µs per launch")
