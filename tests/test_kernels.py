@@ -98,6 +98,19 @@ def test_mixed_batches_against_reference(dtype, hq, hkv, d):
     check(e, e.step([("a", 68), ("b", 1), ("c", 1)]), tol)  # a: up to the end of unit 1, b: across it
 
 
+def test_fp32_model_against_reference():
+    """An fp32 model's steps (chunks, decode rows beside them, pure decode): its pages hold the
+    first keys in bf16 (s4kv.format.first_key_dtype), which every kernel must read as bf16 (the
+    decode kernel once took the model's own dtype for them, and its pure decode steps came out NaN)."""
+    e = _engine(4, 2, 64, torch.float32)
+    e.add("a", 420)
+    e.add("b", 300)
+    tol = TOL[torch.float32]
+    check(e, e.step([("a", 200), ("b", 77)]), tol)
+    check(e, e.step([("b", 1), ("a", 150)]), tol)
+    check(e, e.step([("b", 1), ("a", 1)]), tol)
+
+
 def test_decode_completing_a_unit_and_single_token_request():
     e = _engine(8, 2, 64, torch.bfloat16)
     unit = fmt.UNIT

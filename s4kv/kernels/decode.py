@@ -237,7 +237,7 @@ def _decode_kernel(
     GROUP: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
-    G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr,
+    G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -245,7 +245,6 @@ def _decode_kernel(
     G_PAD: tl.constexpr = padded_group(GROUP)
     HEAD_CHUNKS: tl.constexpr = (GROUP + G_PAGES - 1) // G_PAGES
     CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE)
-    FIRST_KEY_DTYPE: tl.constexpr = CODE_DTYPE  # s4kv.format.first_key_dtype of a 16-bit model: its own
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
@@ -574,7 +573,8 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
             part_o, part_ml, splits,
             GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=fmt.kernel_layout(d),
-            CODE_DTYPE=tl_dtype(q.dtype), DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
+            CODE_DTYPE=tl_dtype(q.dtype), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+            DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
