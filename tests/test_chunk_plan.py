@@ -156,4 +156,3 @@ def test_a_wave_of_prompts_shorter_than_a_unit_has_no_page_jobs():
     assert (w.page_jobs, w.window_jobs) == (0, len(w.jobs)) and len(w.jobs) > 0
     (w,) = plan_chunks(np.array([0, 300], dtype=np.int32), np.array([300], dtype=np.int32), 0, None)
     assert w.page_jobs == fmt.UNIT_BLOCKS
-

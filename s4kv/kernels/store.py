@@ -29,7 +29,7 @@ import triton.language as tl
 from s4kv import format as fmt
 from s4kv.kernels import dot_dtype, launch_options, layout, padded_group, rotation_operand, tl_dtype
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
-from s4kv.kernels.quant import clamp_fp16, fp16_down, fp16_up, rotate_halves, safe_inverse, saturate
+from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate, to_fp16_saturated
 from s4kv.kernels.window import load_window_rows, window_slots
 from s4kv.kernels.workspace import ReservedWorkspace
 
@@ -119,7 +119,7 @@ def _quantize_rows_kernel(
         q_dst = qs_ptr + t64[:, None] * (GROUP * HKV * 2 * HALF) + d[None, :]
         for g in tl.range(0, GROUP):
             x = tl.load(q_src + (h * GROUP + g) * stride_qh, mask=staged)
-            tl.store(q_dst + (h * GROUP + g) * (2 * HALF), clamp_fp16(x.to(tl.float32)).to(tl.float16), mask=staged)
+            tl.store(q_dst + (h * GROUP + g) * (2 * HALF), to_fp16_saturated(x.to(tl.float32), False), mask=staged)
         return
     if DECODES and tile >= n_tiles:
         if which == 0:
