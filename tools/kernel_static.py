@@ -294,33 +294,25 @@ def store_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, body)
 
 
-def rows_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+def rows_variant(cc: int, shape: str, dtype: str, options: dict, stage: bool = False) -> dict:
     """Compile the kernel that quantizes a step's tokens into 8-bit window rows, as the backend
-    launches it (with the decode rows' queries and window rows; no loop)."""
+    launches it (with the decode rows' queries and window rows; no loop). stage: as a mixed step
+    launches it, also staging the chunk rows' queries in fp16 for FlashAttention (STAGE_QUERIES)."""
     from s4kv.kernels import store
 
     _, hkv, d = SHAPES[shape]
     q, md, regions = decode_batch(shape, dtype)
     k = torch.zeros(md.num_reqs, hkv, d, dtype=q.dtype)
     decodes = (q, regions, md, d ** -0.5)
+    staged = (q, torch.zeros(q.shape, dtype=torch.float16), 1) if stage else None
     kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
-                           lambda: store.quantize_rows(k, k.clone(), decodes=decodes))
+                           lambda: store.quantize_rows(k, k.clone(), decodes=decodes, stage=staged))
     return _facts(cc, shape, dtype, opts, kern, None)
 
 
 def rows_stage_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
-    """The same kernel as a mixed step launches it: the decode rows' work, and the chunk rows'
-    queries staged in fp16 for FlashAttention (STAGE_QUERIES; a bf16 model's)."""
-    from s4kv.kernels import store
-
-    _, hkv, d = SHAPES[shape]
-    q, md, regions = decode_batch(shape, dtype)
-    k = torch.zeros(md.num_reqs, hkv, d, dtype=q.dtype)
-    decodes = (q, regions, md, d ** -0.5)
-    stage = (q, torch.zeros(q.shape, dtype=torch.float16), 1)
-    kern, opts = _compiled(cc, "rows", d, options, store._quantize_rows_kernel,
-                           lambda: store.quantize_rows(k, k.clone(), decodes=decodes, stage=stage))
-    return _facts(cc, shape, dtype, opts, kern, None)
+    """The row kernel's mixed-step specialization (the chunk rows' queries staged)."""
+    return rows_variant(cc, shape, dtype, options, stage=True)
 
 
 def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
