@@ -206,7 +206,7 @@ def _set_launch(monkeypatch, entries):
 _HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 # The launch options tools/gpu/tune_kernels.py sweeps, each away from the default (a tuned
 # S4KV_KERNEL_CONFIG may pick any of them): register caps with more programs per SM, the window's
-# tiles, the merge's pipeline, programmatic dependent launch (sm90+ only).
+# tiles, the reduction's pipeline and warps, programmatic dependent launch (sm90+ only).
 LAUNCH_VARIANTS = {
     "maxnreg96-5-per-sm": {("decode", 64): {"maxnreg": 96}, ("decode", 128): {"maxnreg": 96},
                            ("decode-grid", 0): {"programs_per_sm": 5}},
@@ -214,7 +214,8 @@ LAUNCH_VARIANTS = {
                                   ("decode", 128): {"maxnreg": 64, "PAGE_STAGES": 3}},
     "tail-64-2-stages": {("decode", 64): {"TAIL_SUB": 64, "TAIL_STAGES": 2},
                          ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
-    "merge-6-stages": {("decode", 64): {"MERGE_STAGES": 6}, ("decode", 128): {"MERGE_STAGES": 6}},
+    "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
+                                ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
     # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined
@@ -251,25 +252,6 @@ def test_decode_window_splits_with_short_and_empty_windows(window_splits, monkey
     check(e, e.step([("a", unit - 2), ("b", 1)]), tol)
     for _ in range(5):  # a: window 254, then the unit completes (none), then 0, 1, 2 rows; b: 1..5 rows
         check(e, e.step([("a", 1), ("b", 1)]), tol)
-
-
-def test_decode_merge_leaves_every_arrival_count_at_zero():
-    """The last program of a (decode row, kv head) to finish merges its partials and sets the row's
-    arrival count back to zero, so the next launch (the next layer, a CUDA graph's replay) counts
-    from zero: after each decode step, with page and window programs and a group of more than 8
-    query heads (two page programs per split), every count is zero and the outputs match the
-    reference."""
-    from s4kv.kernels.decode import DecodeWorkspace
-
-    e = _engine(12, 2, 64, torch.bfloat16, num_blocks=16)
-    e.add("a", fmt.UNIT + 6)
-    e.add("b", 8)
-    tol = TOL[torch.bfloat16]
-    check(e, e.step([("a", fmt.UNIT - 2), ("b", 1)]), tol)
-    for _ in range(3):
-        check(e, e.step([("a", 1), ("b", 1)]), tol)
-        counts = [bufs[3] for key, bufs in DecodeWorkspace._buffers.items() if key[1:] == (12, 64)]
-        assert counts and not any(c.any() for c in counts)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -671,7 +653,8 @@ def test_batch_dependent_launch_arguments_are_not_compile_time():
 
     # the split count (decode), the first row of a per-wave launch (store) and a wave's job list, a
     # view at the wave's offset in one upload buffer whose alignment Triton would specialize (stage)
-    for kernel, arg in ((decode._decode_kernel, "splits"), (store._store_blocks_kernel, "row0"), (store._append_window_kernel, "row0"),
+    for kernel, arg in ((decode._decode_kernel, "splits"), (decode._reduce_kernel, "parts"),
+                        (store._store_blocks_kernel, "row0"), (store._append_window_kernel, "row0"),
                         (store._quantize_rows_kernel, "n_decodes"), (store._quantize_rows_kernel, "stage_from"),
                         (chunk._stage_kernel, "jobs_ptr")):
         fn = kernel.fn

@@ -4,13 +4,13 @@
                                  [--prefill-contexts 0,8192,30720 --chunk 2048] [--json OUT]
 
 For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
-28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel,
-its splits merged in-kernel) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
+28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
+reduction) with CUDA-graph replay, and reports the bytes it must read (pages of every complete
 unit, the window's 8-bit rows, queries) over the time, next to a device-to-device copy measured in
 the same run (the bandwidth ceiling) and bf16 FlashAttention decode on the same shape when vLLM's
 flash-attn is importable. "step us": the layer's whole decode step as the backend runs it (the
 step's row kernel, which also rotates the queries and writes the window rows, then pages and
-windows); "unfused": the same with the query rotation and the window append as launches of
+reduction); "unfused": the same with the query rotation and the window append as launches of
 their own (as before 2026-12-04, fourth session). Every row's window holds the context's last context % 256 tokens
 (serving's rows have 0..255; 32768 has none but its own token, 32704 has 192). With --breakdown, also each kernel's own
 device time (the profiler's, over eager calls) and what the graph replay spends beside them. With --prefill-contexts, also chunk (prefill) attention: one chunk of

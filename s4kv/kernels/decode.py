@@ -1,8 +1,7 @@
-"""Triton decode attention over int4_kivi pages (split-KV, GQA-packed), its splits merged in-kernel.
+"""Triton decode attention over int4_kivi pages (split-KV, GQA-packed) and its reduction.
 
-Two launches per layer and step, one when the step's row kernel rotates the queries (serving), both
-with grids that depend only on the batch size (graph-safe; which pages a split covers is computed
-from the sequence lengths on the device):
+Three launches per layer and step, all with grids that depend only on the batch size (graph-safe;
+which pages a split covers is computed from the sequence lengths on the device):
 
 1. ``_rotate_queries_kernel``: the decode queries rotated into the pages' basis and pre-scaled
    (fp32), once per row, so that no split repeats it and the page loop carries no rotation.
@@ -17,10 +16,9 @@ from the sequence lengths on the device):
    B comes off in fp32 once per page and query head (keys) or once per split (values). A block's
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
    the high nibbles of its value codes are added on their own. PAGES pages per loop iteration
-   share one running max and sum. The last program of a (row, kv head) to finish (an arrival count
-   per pair, atomic) merges its page and window partials (log-sum-exp), rotates their sum back to
-   the original basis once and normalizes (_merge_partials): no reduction launch, and no gap
-   before one.
+   share one running max and sum.
+3. ``_reduce_kernel``, one program per (row, kv head): merges the page and window partials
+   (log-sum-exp), rotates their sum back to the original basis once and normalizes.
 """
 
 import math
@@ -235,11 +233,9 @@ def _decode_kernel(
     cache_ptr, stride_cb, stride_ch,  # pages, uint8 (windows included)
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     part_o_ptr, part_ml_ptr,  # [R, Hq, splits + WINDOW_SPLITS, D] fp32, [R, Hq, splits + WINDOW_SPLITS, 2] fp32
-    arrived_ptr,  # [R, Hkv] int32, zero between launches: the (row, kv head)'s programs that are done
-    out_ptr, stride_ot, stride_oh, rot_ptr,
     splits,
     GROUP: tl.constexpr, SUB: tl.constexpr,
-    PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr, MERGE_STAGES: tl.constexpr,
+    PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
@@ -260,6 +256,8 @@ def _decode_kernel(
     W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
     W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
     W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
+    if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
+        gdc_launch_dependents()
     row = tl.program_id(0)
     # HEAD_CHUNKS programs per kv head: the page loop's tiles hold 8 query heads (its dots' N; under
     # Triton 3.6 a larger N made Triton choose sm90's wgmma for them, which was slower and wrong here;
@@ -288,7 +286,7 @@ def _decode_kernel(
     acc_hi = tl.zeros([G_PAD, HALF], tl.float32)
 
     if (qlen == 1) & (split < splits):
-        # pages (rotated basis; the merge rotates their share back)
+        # pages (rotated basis; the reduction rotates their share back)
         per_split = tl.cdiv(n_pages, splits)
         page_lo = split * per_split
         # partials of query head hq and split s at (hq * parts + s); this chunk's first head
@@ -371,52 +369,39 @@ def _decode_kernel(
         tl.store(part_ml_ptr + part_base * 2, m_i, mask=g_ok)
         tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
 
-    if qlen == 1:
-        # the last of the (row, kv head)'s programs to finish merges their partials (no reduction
-        # launch): every program, with or without work, counts itself in once its partials are
-        # stored (the barrier puts all its threads' stores before the one thread's release), and
-        # the one that brings the count to the total (acquire) merges, then sets the count back to
-        # zero for the next launch. Padding rows (no decode query) neither count nor merge.
-        tl.debug_barrier()
-        arrived = arrived_ptr + row * hkv + h
-        if tl.atomic_add(arrived, 1, sem="acq_rel", scope="gpu") == HEAD_CHUNKS * parts - 1:
-            _merge_partials(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, q_start, rot_ptr, parts,
-                            row, h, hkv, GROUP, G_PAD, HALF, MERGE_STAGES)
-            tl.store(arrived, 0)
 
-
-@triton.constexpr_function
-def inv_sqrt(d) -> float:
-    """1 / sqrt(d) at compile time (the rotation's normalization), as the host computes it."""
-    return 1.0 / math.sqrt(d)
-
-
-@triton.jit
-def _merge_partials(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, q_start, rot_ptr, parts, row, h,
-                    hkv, GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
-                    STAGES: tl.constexpr):
-    """Merge decode row `row`'s `parts` partials of kv head h (its page splits and window splits),
-    all in the rotated basis (log-sum-exp), rotate their sum back once and normalize into out
-    (any float dtype). Run by the last of the row's programs to finish (_decode_kernel)."""
+@triton.jit(do_not_specialize=["parts"])
+def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
+                   GROUP: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                   STAGES: tl.constexpr, PDL: tl.constexpr):
+    """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
+    (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
+    G_PAD: tl.constexpr = padded_group(GROUP)
+    if PDL:  # launched while the page kernel may still run: its partials are complete after this
+        gdc_wait()
+    row = tl.program_id(0)
+    h = tl.program_id(1)
+    q_start = tl.load(qsl_ptr + row)
+    if tl.load(qsl_ptr + row + 1) - q_start != 1:
+        return
     g = tl.arange(0, G_PAD)
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    base = (row * GROUP * hkv + hq) * parts  # [G_PAD]
+    base = (row * GROUP * tl.num_programs(1) + hq) * parts  # [G_PAD]
     # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do not
     # depend on each other, so the software pipeline keeps several in flight (a first pass for the
-    # max and a second for the sums waited on one load after another). The partials were written by
-    # other programs of this launch: read through L2 (.cg), never from this SM's L1
+    # max and a second for the sums waited on one load after another)
     m_all = tl.full([G_PAD], -float("inf"), tl.float32)
     l_all = tl.zeros([G_PAD], tl.float32)
     rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
     rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
     for s in tl.range(0, parts, num_stages=STAGES):
-        m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"), cache_modifier=".cg")
-        ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0, cache_modifier=".cg")
+        m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
+        ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
         o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
-        o_lo = tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0, cache_modifier=".cg")
-        o_hi = tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0, cache_modifier=".cg")
+        o_lo = tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)
+        o_hi = tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
         m_new = tl.maximum(m_all, m)
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
         w_old = tl.exp2(m_all - m_safe)
@@ -426,7 +411,7 @@ def _merge_partials(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, q_st
         rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
         m_all = m_new
     # back to the original basis (fp32 operands: tf32 on tensor cores)
-    out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, inv_sqrt(2 * HALF), True)
+    out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -437,7 +422,7 @@ def _merge_partials(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, q_st
 # cdiv(rows, WINDOW_SPLITS) of them); launch_options("decode-grid", 0) overrides them
 # (tools/gpu/tune_kernels.py). Two window programs of 64-row tiles: with a 254-row window one
 # program of 32-row tiles outlasted the page programs by 13-17 us; now 1.6 us more with no window
-# (the merge's one more partial), 13-14 us less with 254 rows (H200, 8k x 32 and 32k x 8,
+# (the reduction's one more partial), 13-14 us less with 254 rows (H200, 8k x 32 and 32k x 8,
 # docs/results/gpu-h200-2026-12-04-decode-window/)
 PROGRAMS_PER_SM = 4
 MAX_SPLITS = 32
@@ -483,9 +468,7 @@ class DecodeWorkspace:
     def _allocate(cls, key, partials: int, rows: int, hq: int, d: int, device) -> None:
         cls._buffers[key] = (torch.empty(partials * hq * d, dtype=torch.float32, device=device),
                              torch.empty(partials * hq, 2, dtype=torch.float32, device=device),
-                             torch.empty(rows * hq * d, dtype=torch.float32, device=device),
-                             # zero between launches: each launch's merging programs set it back
-                             torch.zeros(rows * hq, dtype=torch.int32, device=device))
+                             torch.empty(rows * hq * d, dtype=torch.float32, device=device))
 
     @classmethod
     def nbytes(cls) -> int:
@@ -502,8 +485,8 @@ class DecodeWorkspace:
 
     @classmethod
     def get(cls, rows: int, hq: int, parts: int, d: int, device):
-        """(partial outputs, partial (max, sum), rotated queries, arrival counts) for `rows` decode
-        rows of `parts` partials each."""
+        """(partial outputs, partial (max, sum), rotated queries) for `rows` decode rows of `parts`
+        partials each."""
         key = (str(device), hq, d)
         partials = rows * parts
         if not cls._fits(key, partials, rows, hq, d):
@@ -514,6 +497,10 @@ class DecodeWorkspace:
         return cls._buffers[key]
 
 
+# Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
+# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once.
+REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4}
+
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
 
@@ -523,17 +510,16 @@ PAGE_HEADS = 8
 # flight while one is computed; with 2-4 the next page's copy is issued after the compute).
 # TAIL_SUB / TAIL_STAGES: the window's tiles (its buffers are allocated beside the page
 # loop's, so they stay small; 64 rows unpipelined was the fastest of 32/64 rows x 1/2 stages with 1,
-# 2 or 4 window programs, and 2 stages spill at 64). MERGE_STAGES: partials the merging program has
-# in flight at once (3: the separate reduction kernel's measured default until it was folded in here).
-# maxnreg 128 keeps four 4-warp programs resident per SM without spills on sm80-sm90 (tools/kernel_static.py).
+# 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
+# spills on sm80-sm90 (tools/kernel_static.py).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "MERGE_STAGES": 3, "num_warps": 4, "maxnreg": 128}
+                   "num_warps": 4, "maxnreg": 128}
 
 
 def programmatic_launch(device) -> bool:
-    """Launch the page kernel with programmatic dependent launch after the query rotation (sm90+,
-    CUDA graphs keep it as programmatic edges): it may start while the rotation finishes and waits
-    in-kernel (griddepcontrol) where it reads the rotated queries. Off unless
+    """Launch the page kernel and the reduction with programmatic dependent launch (sm90+, CUDA
+    graphs keep it as programmatic edges): each may start while the kernel before it finishes and
+    waits in-kernel (griddepcontrol) where it reads that kernel's output. Off unless
     launch_options("decode-grid", 0) says {"pdl": true} (tools/gpu/tune_kernels.py measures it)."""
     if not launch_options("decode-grid", 0).get("pdl", False):  # the default: no device query per call
         return False
@@ -541,7 +527,7 @@ def programmatic_launch(device) -> bool:
 
 
 def _workspace(q: torch.Tensor, num_decodes: int, splits: int):
-    """DecodeWorkspace's (partial outputs, partial (max, sum), rotated queries, arrival counts) for num_decodes rows of
+    """DecodeWorkspace's (partial outputs, partial (max, sum), rotated queries) for num_decodes rows of
     `splits` page partials and window_splits() window partials each: one lookup rule for
     decode_attention and for the row kernel that writes the rotated queries before it."""
     return DecodeWorkspace.get(max(num_decodes, 1), q.shape[1], splits + window_splits(), q.shape[2], q.device)
@@ -558,10 +544,9 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     """out[:num_decodes] = attention of the decode rows (query length 1, rows 0..num_decodes-1).
 
     q [T, Hq, D] (model dtype); rows: this step's window rows (s4kv.kernels.store.quantize_rows);
-    out [T, Hq, D] (any float dtype). Two launches: rotate the queries, then pages and windows
-    (split-KV, the splits merged by the last program of each row and kv head); one when
-    `queries_rotated` (the step's row kernel rotated them into rotated_queries(q, md):
-    quantize_rows(decodes=...), which saves a launch per layer and step).
+    out [T, Hq, D] (any float dtype). Three launches: rotate the queries, pages and windows
+    (split-KV), reduce; two when `queries_rotated` (the step's row kernel rotated them into
+    rotated_queries(q, md): quantize_rows(decodes=...), which saves a launch per layer and step).
     """
     if num_decodes == 0:
         return
@@ -571,7 +556,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     group = hq // hkv
     head_chunks = -(-group // PAGE_HEADS)  # as the kernel derives HEAD_CHUNKS
     ws = window_splits()
-    part_o, part_ml, qr, arrived = _workspace(q, num_decodes, splits)
+    part_o, part_ml, qr = _workspace(q, num_decodes, splits)
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
@@ -586,7 +571,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             kc, vc, sc,
             regions, regions.stride(0), regions.stride(1),
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
-            part_o, part_ml, arrived, out, out.stride(0), out.stride(1), rot, splits,
+            part_o, part_ml, splits,
             GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=fmt.kernel_layout(d),
             CODE_DTYPE=tl_dtype(q.dtype), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
             DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
@@ -594,3 +579,9 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
+    _reduce_kernel[(num_decodes, hkv)](
+        part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
+        GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
+        **{**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)},
+        **({"launch_pdl": True} if pdl else {}),
+    )

@@ -8,7 +8,7 @@ rot:    rotate_halves alone (the in-kernel rotation) against torch for every til
 d64:    the head_dim-64 store and chunk-attention checks of debug_kernels.py under several
         num_warps for the store and stage kernels.
 decode: split-KV decode time over (warps, page pipeline depth, register cap, programs per SM),
-        then the exact tail's tiles, then the merge's pipeline depth, on the benchmark shapes
+        then the exact tail's tiles, then the split reduction's launch, on the benchmark shapes
         (Qwen2.5-7B: 28/4 heads, head_dim 128; two of them with exact tails), each variant's
         output checked against the default launch's, with registers/spills/shared memory per
         variant and each kernel's own time at the default launch.
@@ -164,10 +164,9 @@ DECODE_SHAPES = ((1024, 64), (8192, 32), (32768, 8), (8192 + 64, 32), (32768 - 6
 # 64 registers 160) and one more.
 KERNEL_VARIANTS = (((4, 128, 5, 128), (4,)), ((4, 128, 5, 96), (4, 5)), ((4, 128, 3, 96), (5,)),
                    ((4, 128, 5, 80), (5, 6)), ((4, 128, 3, 80), (6,)), ((4, 128, 3, 64), (8,)))
-# then the exact tail's tiles (tokens per tile, pipeline depth), then the merge's pipeline depth
-# (partials in flight in the program that merges a row's splits)
+# then the exact tail's tiles (tokens per tile, pipeline depth), then the split reduction's
 TAIL_VARIANTS = ((32, 1), (32, 2), (64, 2))
-MERGE_VARIANTS = (1, 3, 6)
+REDUCE_VARIANTS = ((3, 4), (6, 4), (3, 2), (6, 2))
 
 
 def _geomean(times):
@@ -211,7 +210,7 @@ def time_launch(label, shapes, expected, copy, results, breakdown=False, **recor
 def sweep_decode(results, config_out=None):
     """Sweep decode launch options in three rounds, each keeping the best of the round before
     (geometric mean of time over DECODE_SHAPES): page-kernel options x programs per SM, then the
-    window's tiles, then the merge's pipeline depth. Each variant's output must match the default
+    window's tiles, then the split reduction's. Each variant's output must match the default
     launch's within the engine's self-check tolerance (a miscompile is reported, not ranked), and
     the default launch's is checked against the PyTorch path (s4kv.backend.torch_ops) where the
     points have windows; the
@@ -236,12 +235,13 @@ def sweep_decode(results, config_out=None):
         print(f"default launch {ctx:6d}x{b:<3d} splits {r['splits']:3d}: {r['ms'] * 1e3:7.1f} us "
               f"{r['bandwidth'] / copy:6.1%}  ({parts} us){check}", flush=True)
 
-    def measure(label, decode_opts, pps, pdl=False):
+    def measure(label, decode_opts, pps, reduce_opts, pdl=False):
         """Geometric-mean ms of one launch configuration over the shapes, None if it fails or differs."""
         kernels.LAUNCH[("decode", 128)] = decode_opts
         kernels.LAUNCH[("decode-grid", 0)] = {"programs_per_sm": pps, "max_splits": 64, "pdl": pdl}
+        kernels.LAUNCH[("decode-reduce", 128)] = reduce_opts
         times = time_launch(label, DECODE_SHAPES, expected, copy, results, probe="decode", options=decode_opts,
-                            programs_per_sm=pps)
+                            programs_per_sm=pps, reduce_options=reduce_opts)
         return None if times is None else _geomean(list(times.values()))
 
     def best_of(name, ranked):
@@ -250,12 +250,13 @@ def sweep_decode(results, config_out=None):
         return min(ranked, key=lambda x: x[1])
 
     base = dict(dec.DECODE_DEFAULTS)
+    reduce_base = dict(dec.REDUCE_DEFAULTS)
     ranked = []
     for (nw, sub, stages, nreg), pps_list in KERNEL_VARIANTS:
         opts = {**base, "num_warps": nw, "SUB": sub, "PAGE_STAGES": stages, "maxnreg": nreg}  # None: no cap
         for pps in pps_list:
             label = f"warps={nw} SUB={sub} stages={stages} maxnreg={nreg} pps={pps}"
-            gm = measure(label, opts, pps)
+            gm = measure(label, opts, pps, reduce_base)
             if gm is not None:
                 ranked.append((label, gm, opts, pps))
         print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
@@ -264,32 +265,33 @@ def sweep_decode(results, config_out=None):
     for tail_sub, tail_stages in TAIL_VARIANTS:
         opts = {**best, "TAIL_SUB": tail_sub, "TAIL_STAGES": tail_stages}
         label = f"TAIL_SUB={tail_sub} TAIL_STAGES={tail_stages}"
-        gm = measure(label, opts, pps)
+        gm = measure(label, opts, pps, reduce_base)
         if gm is not None:
             ranked.append((label, gm, opts))
         print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
     _, _, best = best_of("exact tail", ranked)
     ranked = []
-    for stages in MERGE_VARIANTS:
-        opts = {**best, "MERGE_STAGES": stages}
-        label = f"MERGE_STAGES={stages}"
-        gm = measure(label, opts, pps)
+    for stages, nw in REDUCE_VARIANTS:
+        ropts = {"STAGES": stages, "num_warps": nw}
+        label = f"reduce STAGES={stages} num_warps={nw}"
+        gm = measure(label, best, pps, ropts)
         if gm is not None:
-            ranked.append((label, gm, opts))
-    _, gm, best = best_of("merge", ranked)
+            ranked.append((label, gm, ropts))
+    _, gm, best_reduce = best_of("reduction", ranked)
     # programmatic dependent launch (sm90+: s4kv.kernels.decode.programmatic_launch)
     pdl = False
     if torch.cuda.get_device_capability()[0] >= 9:
-        gm_pdl = measure("pdl=True", best, pps, pdl=True)
+        gm_pdl = measure("pdl=True", best, pps, best_reduce, pdl=True)
         with_pdl = "failed" if gm_pdl is None else f"{gm_pdl * 1e3:.1f} us"
         print(f"  programmatic dependent launch: geomean {with_pdl}, without {gm * 1e3:.1f} us", flush=True)
         if gm_pdl is not None and gm_pdl < gm:
             pdl, gm = True, gm_pdl
-    print(f"best: {best} programs/SM={pps} pdl={pdl} (geomean {gm * 1e3:.1f} us)", flush=True)
+    print(f"best: {best} programs/SM={pps} reduce {best_reduce} pdl={pdl} (geomean {gm * 1e3:.1f} us)", flush=True)
     kernels.LAUNCH.clear()
     if config_out:
         with open(config_out, "w") as f:
             json.dump([{"kernel": "decode", "head_size": d, "options": best} for d in (64, 128)]
+                      + [{"kernel": "decode-reduce", "head_size": d, "options": best_reduce} for d in (64, 128)]
                       + [{"kernel": "decode-grid", "head_size": 0, "options": {"programs_per_sm": pps, "max_splits": 64, "pdl": pdl}}],
                       f, indent=1)
         print(f"wrote {config_out}", flush=True)
