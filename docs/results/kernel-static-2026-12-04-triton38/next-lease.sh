@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05 after that day's lease, which ran the GPU kernel
-# tests at 65dc178 (133 passed), the store-chain step below and `bench-speed` with auto, int4_kivi and
-# fp8: docs/results/gpu-h200-2026-12-05-store-chain/). Since then, interpreter-only: the chunk rows'
-# fp16 query cast in the step's row kernel (1b98bd4), and the kernels' constants through constexpr
-# functions with less host glue per launch (194030d; SASS identical 112/112). In order:
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, second session, after an H100 lease that ran the
+# GPU kernel tests on 0992e02 (139 passed; the fp32 test's bound fixed in 813e6ee, the fused merge
+# reverted in 8e91297), the staged queries against 8a0d967 (-24 us per layer with a 2,048-token
+# chunk) and `bench speed` with auto, int4_kivi and fp8 on the H100: docs/results/gpu-h100-2026-12-05-fused-merge/).
+# The H200 has not run the tree since 65dc178's tests. In order:
 #  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 48`: the tree is
 #     14.4 MiB, so 58 MiB chunks exceed a call's 64 MiB), then
-#     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first)
-#  2. the row kernel's staged queries against the two PyTorch ops before them, in one call (needs
+#     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first;
+#     the fp32 test's pure decode steps have not run on a GPU)
+#  2. (done on the H100, 2026-12-05; on the H200 only if the lease has time) the row kernel's staged queries against the two PyTorch ops before them, in one call (needs
 #     vLLM on PYTHONPATH for FlashAttention, which this script's store-chain step forgot):
 #       mkdir -p .gpu/t38/prestage && git archive 8a0d967 s4kv | tar -x -C .gpu/t38/prestage
 #       carry [".gpu/t38/prestage"]; command: source /root/s4kv-env.sh; for p in 1 2; do for dir in
