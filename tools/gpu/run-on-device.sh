@@ -168,9 +168,10 @@ for s in "$@"; do
     tune-stage)  # chunk attention's stage-kernel launch sweep, each variant checked against the default's output
       step tune-stage python3 tools/gpu/tune_kernels.py stage --json "$OUT/tune-stage.json" ;;
     profile)  # where the decode kernel stalls at 32k x 8: Nsight Compute's warp-state and memory
-      # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log
+      # sections of one launch (replayed from the bench's CUDA graph), as text in profile.log;
+      # PROFILE_KERNEL=_reduce_kernel profiles the split reduction instead (8 us there for 32 programs)
       if [ -n "$NCU" ]; then
-        step profile "$NCU" --clock-control none --graph-profiling node --kernel-name regex:_decode_kernel --launch-skip 3 \
+        step profile "$NCU" --clock-control none --graph-profiling node --kernel-name "regex:${PROFILE_KERNEL:-_decode_kernel}" --launch-skip 3 \
           --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
           python3 -m s4kv.kernels.bench --contexts 32768 --batches 8

@@ -22,6 +22,13 @@
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
 #     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
 #     then `bash tools/gpu/run-on-device.sh collect` calls until it is done
+#  3b. the split reduction, the decode call's largest piece outside the page loop (H100: 5.0 / 5.6 /
+#     8.2 us at 1k x 64 / 8k x 32 / 32k x 8, about 4 us of it whatever the partial count; only 32
+#     programs at 32k x 8; 6 or 12 pipeline stages measured no faster on 2026-12-02): where it waits,
+#       `PROFILE_KERNEL=_reduce_kernel bash tools/gpu/run-on-device.sh profile`   (ncu, 32k x 8)
+#     before designing its replacement (more programs per row at small batches; the rotation's
+#     32 KB operand loaded before the partials, or before gdc_wait with programmatic launch). Moving
+#     the same merge into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
 # Issue 20 instead (one GPU issue per lease): step 1, then
 #     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`
