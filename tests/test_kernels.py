@@ -209,7 +209,7 @@ def _set_launch(monkeypatch, entries):
 _HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 # The launch options tools/gpu/tune_kernels.py sweeps, each away from the default (a tuned
 # S4KV_KERNEL_CONFIG may pick any of them): register caps with more programs per SM, the window's
-# tiles, the reduction's pipeline and warps, programmatic dependent launch (sm90+ only).
+# tiles, the reduction's pipeline, warps and programs per kv head, programmatic dependent launch (sm90+ only).
 LAUNCH_VARIANTS = {
     "maxnreg96-5-per-sm": {("decode", 64): {"maxnreg": 96}, ("decode", 128): {"maxnreg": 96},
                            ("decode-grid", 0): {"programs_per_sm": 5}},
@@ -219,6 +219,11 @@ LAUNCH_VARIANTS = {
                          ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
     "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
                                 ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
+    # the 7 query heads of a kv head over 2 reduction programs (4 + 3 heads), the rotation's tiles
+    # loaded first; over 4 (2 + 2 + 2 + 1)
+    "reduce-2-head-splits-rotation-first": {("decode-reduce", 64): {"HEAD_SPLITS": 2, "ROT_FIRST": True},
+                                            ("decode-reduce", 128): {"HEAD_SPLITS": 2, "ROT_FIRST": True}},
+    "reduce-4-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 4}, ("decode-reduce", 128): {"HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
     # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined
@@ -239,6 +244,24 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
     _set_launch(monkeypatch, LAUNCH_VARIANTS[variant])
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("head_splits,rot_first", [(2, True), (3, False)])
+def test_reduction_programs_per_kv_head(head_splits, rot_first, monkeypatch):
+    """The split reduction over several programs per (decode row, kv head), each merging its share
+    of the query heads (HEAD_SPLITS, a tuning knob; 3 leaves a program without heads for a group
+    of 7), with or without the rotation's tiles loaded first: three decode rows, 2 kv heads of 7
+    query heads, then one kv head of 12 (two page programs per split), against the reference."""
+    for hq, hkv in ((14, 2), (12, 1)):
+        _set_launch(monkeypatch, {("decode-reduce", 64): {"HEAD_SPLITS": head_splits, "ROT_FIRST": rot_first}})
+        e = _engine(hq, hkv, 64, torch.bfloat16, num_blocks=24)
+        e.add("a", 2 * fmt.UNIT + 40)
+        e.add("b", fmt.UNIT + 3)
+        e.add("c", 9)
+        tol = TOL[torch.bfloat16]
+        check(e, e.step([("a", 2 * fmt.UNIT + 37), ("b", fmt.UNIT), ("c", 6)]), tol)
+        for _ in range(2):
+            check(e, e.step([("a", 1), ("b", 1), ("c", 1)]), tol)
 
 
 @pytest.mark.parametrize("window_splits", [1, 2, 4])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Static facts of the decode, stage (chunk attention), store, rows and append (window) kernels for a GPU architecture, compiled on a machine without a GPU.
+"""Static facts of the decode, reduce (its split reduction), stage (chunk attention), store, rows and append (window) kernels for a GPU architecture, compiled on a machine without a GPU.
 
     python tools/kernel_static.py [--kernel decode,stage,store] [--arch 80,86,89,90] [--shape qwen2.5-7b,smollm2]
                                   [--dtype bf16,fp16] [--options '{"SUB": 64}' ...] [--json OUT]
@@ -223,15 +223,17 @@ def decode_batch(shape: str, dtype: str, rows: int = 8):
     return torch.zeros(rows, hq, d, dtype=dt), md, _cache_tensors(rows, hkv, d, dt)
 
 
-def compiled_decode(cc: int, shape: str, dtype: str, options: dict):
+def compiled_decode(cc: int, shape: str, dtype: str, options: dict, kernel: str = "decode"):
     """(compiled decode kernel, its launch options) for one architecture, shape, dtype and launch
-    configuration (under the compile-only driver of `cc`)."""
+    configuration (under the compile-only driver of `cc`); kernel "decode-reduce": the split
+    reduction that the same call launches after it."""
     from s4kv.kernels import decode
 
     _, hkv, d = SHAPES[shape]
     q, md, regions = decode_batch(shape, dtype)
     rows = md.num_reqs
-    return _compiled(cc, "decode", d, options, decode._decode_kernel, lambda: decode.decode_attention(
+    jit_fn = decode._reduce_kernel if kernel == "decode-reduce" else decode._decode_kernel
+    return _compiled(cc, kernel, d, options, jit_fn, lambda: decode.decode_attention(
         q, _step_rows(rows, hkv, d), regions, md, rows, d ** -0.5, torch.zeros_like(q), md.decode_splits))
 
 
@@ -249,6 +251,12 @@ def _page_body(kern) -> tuple[int, int, collections.Counter] | None:
 def decode_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     """Compile the decode kernel (and its helpers) for one launch configuration; static facts."""
     kern, opts = compiled_decode(cc, shape, dtype, options)
+    return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
+
+
+def reduce_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
+    """Compile the split reduction (merges a decode row's partials, rotates their sum back)."""
+    kern, opts = compiled_decode(cc, shape, dtype, options, "decode-reduce")
     return _facts(cc, shape, dtype, opts, kern, _page_body(kern))
 
 
@@ -329,7 +337,7 @@ def append_variant(cc: int, shape: str, dtype: str, options: dict) -> dict:
     return _facts(cc, shape, dtype, opts, kern, None)
 
 
-VARIANTS = {"decode": decode_variant, "stage": stage_variant, "stage-window": stage_window_variant,
+VARIANTS = {"decode": decode_variant, "reduce": reduce_variant, "stage": stage_variant, "stage-window": stage_window_variant,
             "store": store_variant, "rows": rows_variant, "rows-stage": rows_stage_variant,
             "append": append_variant}
 
@@ -428,7 +436,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel", default="decode", help="decode, stage, stage-window, store, rows, rows-stage, append (comma-separated)")
+    ap.add_argument("--kernel", default="decode", help="decode, reduce, stage, stage-window, store, rows, rows-stage, append (comma-separated)")
     ap.add_argument("--arch", default="80,86,89,90")
     ap.add_argument("--shape", default="qwen2.5-7b,smollm2")
     ap.add_argument("--dtype", default="bf16,fp16")

@@ -43,7 +43,7 @@ from s4kv.kernels import (
     tl_dtype,
 )
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
-from s4kv.kernels.quant import biased_code_operands, rotate_halves
+from s4kv.kernels.quant import apply_rotation, biased_code_operands, rotate_halves, rotation_tiles
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
@@ -370,32 +370,48 @@ def _decode_kernel(
         tl.store(part_ml_ptr + part_base * 2 + 1, l_i, mask=g_ok)
 
 
+@triton.constexpr_function
+def reduce_heads(group: int, head_splits: int) -> int:
+    """Query-head rows of one reduction program: the padded group (one program per row and kv head),
+    or, split over head_splits programs, the next power of two of each one's share."""
+    if head_splits == 1:
+        return padded_group(group)
+    return 1 << (-(-group // head_splits) - 1).bit_length()
+
+
 @triton.jit(do_not_specialize=["parts"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
                    GROUP: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   STAGES: tl.constexpr, PDL: tl.constexpr):
+                   STAGES: tl.constexpr, HEAD_SPLITS: tl.constexpr, ROT_FIRST: tl.constexpr,
+                   PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
-    (log-sum-exp), rotate their sum back once and normalize. out: any float dtype."""
-    G_PAD: tl.constexpr = padded_group(GROUP)
+    (log-sum-exp), rotate their sum back once and normalize. out: any float dtype.
+    HEAD_SPLITS programs per (row, kv head), each for its share of the query heads (more programs
+    when a small batch gives few rows). ROT_FIRST: the rotation's tiles are loaded before the
+    partials (and before waiting on the page kernel under programmatic launch), so that their
+    loads overlap instead of following the merge."""
+    G_SUB: tl.constexpr = reduce_heads(GROUP, HEAD_SPLITS)
+    if ROT_FIRST:
+        r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
     if PDL:  # launched while the page kernel may still run: its partials are complete after this
         gdc_wait()
     row = tl.program_id(0)
-    h = tl.program_id(1)
+    h = tl.program_id(1) // HEAD_SPLITS
     q_start = tl.load(qsl_ptr + row)
     if tl.load(qsl_ptr + row + 1) - q_start != 1:
         return
-    g = tl.arange(0, G_PAD)
+    g = (tl.program_id(1) % HEAD_SPLITS) * G_SUB + tl.arange(0, G_SUB)
     c = tl.arange(0, HALF)
     g_ok = g < GROUP
     hq = h * GROUP + g
-    base = (row * GROUP * tl.num_programs(1) + hq) * parts  # [G_PAD]
+    base = (row * GROUP * (tl.num_programs(1) // HEAD_SPLITS) + hq) * parts  # [G_SUB]
     # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do not
     # depend on each other, so the software pipeline keeps several in flight (a first pass for the
     # max and a second for the sums waited on one load after another)
-    m_all = tl.full([G_PAD], -float("inf"), tl.float32)
-    l_all = tl.zeros([G_PAD], tl.float32)
-    rot_lo = tl.zeros([G_PAD, HALF], tl.float32)
-    rot_hi = tl.zeros([G_PAD, HALF], tl.float32)
+    m_all = tl.full([G_SUB], -float("inf"), tl.float32)
+    l_all = tl.zeros([G_SUB], tl.float32)
+    rot_lo = tl.zeros([G_SUB, HALF], tl.float32)
+    rot_hi = tl.zeros([G_SUB, HALF], tl.float32)
     for s in tl.range(0, parts, num_stages=STAGES):
         m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
         ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
@@ -411,7 +427,10 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
         m_all = m_new
     # back to the original basis (fp32 operands: tf32 on tensor cores)
-    out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
+    if ROT_FIRST:
+        out_lo, out_hi = apply_rotation(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D)
+    else:
+        out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -498,8 +517,10 @@ class DecodeWorkspace:
 
 
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
-# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once.
-REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4}
+# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. HEAD_SPLITS,
+# ROT_FIRST: see _reduce_kernel (added 2026-12-05 to be timed: the reduction took 5.0-8.2 us per
+# layer on the H100, about 4 of them whatever its partial count, with 32 programs at 32k x 8).
+REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4, "HEAD_SPLITS": 1, "ROT_FIRST": False}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
@@ -579,9 +600,9 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
-    _reduce_kernel[(num_decodes, hkv)](
+    reduce_opts = {**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)}
+    _reduce_kernel[(num_decodes, hkv * reduce_opts["HEAD_SPLITS"])](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
-        GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl,
-        **{**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)},
+        GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl, **reduce_opts,
         **({"launch_pdl": True} if pdl else {}),
     )

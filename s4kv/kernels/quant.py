@@ -83,13 +83,10 @@ def safe_inverse(s):
 
 
 @triton.jit
-def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                  TRANSPOSE: tl.constexpr):
-    """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D).
-
-    r_ptr points at the +-1 matrix [D, D] (row-major, any float dtype: +-1 is exact), so the
-    products are exact and only the fp32 accumulation rounds. Returns fp32 halves.
-    """
+def rotation_tiles(r_ptr, HALF: tl.constexpr, TRANSPOSE: tl.constexpr):
+    """The four [HALF, HALF] tiles of R (or R^T) that rotate_halves multiplies by, loaded: a kernel
+    that wants them in flight early (before a loop, or before waiting on the kernel before it)
+    loads them here and hands them to apply_rotation later."""
     i = tl.arange(0, HALF)
     d = 2 * HALF
     if TRANSPOSE:  # tile (a, b) of R^T is R[b, a]^T
@@ -102,11 +99,29 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
         r01 = tl.load(r_ptr + i[:, None] * d + HALF + i[None, :])
         r10 = tl.load(r_ptr + (HALF + i[:, None]) * d + i[None, :])
         r11 = tl.load(r_ptr + (HALF + i[:, None]) * d + HALF + i[None, :])
+    return r00, r01, r10, r11
+
+
+@triton.jit
+def apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr):
+    """x @ [[r00, r01], [r10, r11]] / sqrt(D) for x given as its two column halves (rotation_tiles)."""
     a = x_lo.to(OP_DTYPE)
     b = x_hi.to(OP_DTYPE)
     y_lo = tl.dot(a, r00.to(OP_DTYPE)) + tl.dot(b, r10.to(OP_DTYPE))
     y_hi = tl.dot(a, r01.to(OP_DTYPE)) + tl.dot(b, r11.to(OP_DTYPE))
     return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
+
+
+@triton.jit
+def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                  TRANSPOSE: tl.constexpr):
+    """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D).
+
+    r_ptr points at the +-1 matrix [D, D] (row-major, any float dtype: +-1 is exact), so the
+    products are exact and only the fp32 accumulation rounds. Returns fp32 halves.
+    """
+    r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
+    return apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D)
 
 
 @triton.constexpr_function

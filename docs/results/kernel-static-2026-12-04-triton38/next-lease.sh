@@ -26,9 +26,13 @@
 #     8.2 us at 1k x 64 / 8k x 32 / 32k x 8, about 4 us of it whatever the partial count; only 32
 #     programs at 32k x 8; 6 or 12 pipeline stages measured no faster on 2026-12-02): where it waits,
 #       `PROFILE_KERNEL=_reduce_kernel bash tools/gpu/run-on-device.sh profile`   (ncu, 32k x 8)
-#     before designing its replacement (more programs per row at small batches; the rotation's
-#     32 KB operand loaded before the partials, or before gdc_wait with programmatic launch). Moving
-#     the same merge into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
+#     and, in the same lease, its two new launch options (default off; compiled and interpreter-tested:
+#     docs/results/kernel-static-2026-12-05-reduce/): more programs per (row, kv head) and the
+#     rotation's 32 KB of tiles loaded before the partials, in one call (about a minute):
+#       C=docs/results/kernel-static-2026-12-05-reduce/configs
+#       VARIANTS="cur=. rot=.:$C/reduce-rot-first.json hs2rot=.:$C/reduce-2-rot-first.json hs4=.:$C/reduce-4.json hs4rot=.:$C/reduce-4-rot-first.json" bash tools/gpu/run-on-device.sh variants
+#     A winner becomes REDUCE_DEFAULTS after the GPU kernel tests pass with it. Moving the same merge
+#     into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
 # Issue 20 instead (one GPU issue per lease): step 1, then
 #     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`
