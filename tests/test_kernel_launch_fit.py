@@ -61,17 +61,21 @@ def _ptxas() -> Path:
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-@pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
-def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
+def _kernel_static(tmp_path, *args: str) -> list[dict]:
+    """tools/kernel_static.py's records for these arguments (compiled in a subprocess)."""
     out = tmp_path / "static.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "tools/kernel_static.py", "--kernel", "decode,stage,stage-window,store,rows,rows-stage,append",
-                           "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16",
-                           "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-                          check=False)
+    proc = subprocess.run([sys.executable, "tools/kernel_static.py", *args, "--json", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
+def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
+    rows = _kernel_static(tmp_path, "--kernel", "decode,stage,stage-window,store,rows,rows-stage,append",
+                          "--arch", "80,86,89,90", "--shape", "qwen2.5-7b,smollm2", "--dtype", "bf16")
     assert len(rows) == 4 * 2 * 7
     no_fit = [(r["kernel"], r["arch"], r["shape"], r["options"], r["shared_bytes"]) for r in rows
               if r["programs_per_sm"] < 1]
@@ -117,3 +121,17 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
         mma_lines = {ln["source"].split("=")[0].strip() for ln in loop["by_line"]
                      if any(op.startswith(("HMMA", "HGMMA")) for op in ln["top"]) and ln["file"].endswith("decode.py")}
         assert mma_lines and all(s.startswith(("s", "acc_lo", "acc_hi")) for s in mma_lines), mma_lines
+
+
+@pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
+def test_fp32_rows_and_queries_are_rotated_in_full_fp32(tmp_path):
+    """An fp32 model's row kernel (its 8-bit rows, which the int4 pages are quantized from, and the
+    decode queries) multiplies its rotation in fp32, not as tf32 on tensor cores: tf32 moved its
+    codes off the reference's (s4kv.kernels.quant.rotation_precision; Triton's interpreter, which
+    CI runs the kernels under, computes either in fp32). The reduction's rotation back keeps tf32,
+    so the check sees tf32 products where there are some. No engine serves an fp32 model."""
+    rows = _kernel_static(tmp_path, "--kernel", "rows,reduce", "--arch", "80,90", "--shape", "smollm2",
+                          "--dtype", "fp32")
+    tf32 = {(r["kernel"], r["arch"]): r["tf32_mma"] for r in rows}
+    assert tf32[("rows", "sm80")] == tf32[("rows", "sm90")] == 0, tf32
+    assert tf32[("reduce", "sm80")] > 0 and tf32[("reduce", "sm90")] > 0, tf32

@@ -51,7 +51,7 @@ ARCH = {
     90: {"name": "H100/H200", "smem": 233472, "regs": 65536, "threads": 2048, "blocks": 32},
 }
 SHAPES = {"qwen2.5-7b": (28, 4, 128), "smollm2": (9, 3, 64)}  # query heads, kv heads, head_dim
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # fp32: no engine serves it
 
 
 def _cuobjdump(cubin: bytes, *flags: str) -> str:
@@ -421,6 +421,8 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
         "programs_per_sm": occupancy(cc, regs, kern.metadata.shared, nw),
         "code_tile_buffers": max(buffers, default=0),
         "instructions": len(ops), "local_loads": sum(op.startswith("LDL") for op in ops),
+        # tensor-core products that round fp32 operands to tf32 (s4kv.kernels.quant.rotation_precision)
+        "tf32_mma": sum("TF32" in op for op in ops),
         "local_stores": sum(op.startswith("STL") for op in ops),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),

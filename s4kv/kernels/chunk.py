@@ -92,7 +92,7 @@ def _stage_kernel(
         # the exact first key was stored before saturation (bf16 models): saturate it for the fp16 operands
         k_lo = tl.where(first, clamp_fp16(tl.load(fk + c).to(tl.float32))[None, :], k_lo)
         k_hi = tl.where(first, clamp_fp16(tl.load(fk + HALF + c).to(tl.float32))[None, :], k_hi)
-        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True, False)
         tl.store(kp_ptr + dst, to_fp16_saturated(k_lo, USE_PTX))
         tl.store(kp_ptr + dst + HALF, to_fp16_saturated(k_hi, USE_PTX))
         vc = tl.load(region + V_CODES + c[None, :] * BS + t[:, None])  # channel-major
@@ -101,7 +101,7 @@ def _stage_kernel(
         # in 16 bits too): low nibbles in its value code row, high nibbles in its key code row.
         v_lo = (vc & 0xF).to(tl.float32) + tl.where(first, 16.0 * (kc & 0xF).to(tl.float32) - 120.0, 0.0) - 7.5
         v_hi = (vc >> 4).to(tl.float32) + tl.where(first, 16.0 * (kc >> 4).to(tl.float32) - 120.0, 0.0) - 7.5
-        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True, False)
         vs = tl.load((region + V_SCALE).to(tl.pointer_type(tl.float16)) + t).to(tl.float32)[:, None]
         tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * vs, USE_PTX))
         tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * vs, USE_PTX))
@@ -121,14 +121,14 @@ def _stage_kernel(
             HKV, LAYOUT)
         # code - 127.5 is exact in 16 bits and so is its product with +-1; a row's scale is one
         # number, so it goes on after the rotation (as the pages' value scales do)
-        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        k_lo, k_hi = rotate_halves(k_lo, k_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True, False)
         tl.store(kp_ptr + dst, to_fp16_saturated(k_lo * w_ks[:, None], USE_PTX))
         tl.store(kp_ptr + dst + HALF, to_fp16_saturated(k_hi * w_ks[:, None], USE_PTX))
         _, _, _, v_lo, v_hi, w_vs = load_window_rows(
             cache_ptr, block_table_ptr + row * stride_bt, unit_block, pos - unit_block * BS, h * stride_ch, stride_cb,
             pos < ctx, kc_ptr, vc_ptr, sc_ptr, q_start + pos - ctx, h, live, c,
             HKV, LAYOUT)
-        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True)
+        v_lo, v_hi = rotate_halves(v_lo, v_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, True, False)
         tl.store(vp_ptr + dst, to_fp16_saturated(v_lo * w_vs[:, None], USE_PTX))
         tl.store(vp_ptr + dst + HALF, to_fp16_saturated(v_hi * w_vs[:, None], USE_PTX))
 

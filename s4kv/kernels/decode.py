@@ -73,7 +73,7 @@ def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scal
         qrow = q_ptr + q_start * stride_qt + hq[:, None] * stride_qh
         x_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
         x_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-        y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False)
+        y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, DOT_DTYPE, INV_SQRT_D, False, False)
         out = qr_ptr + (row * GROUP * hkv + hq[:, None]) * (2 * HALF)
         tl.store(out + c[None, :], y_lo * scale, mask=g_ok[:, None])
         tl.store(out + HALF + c[None, :], y_hi * scale, mask=g_ok[:, None])
@@ -426,11 +426,12 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         rot_lo = rot_lo * w_old[:, None] + w[:, None] * o_lo
         rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
         m_all = m_new
-    # back to the original basis (fp32 operands: tf32 on tensor cores)
+    # back to the original basis (fp32 operands as tf32 on tensor cores: 2e-4 of the output under the
+    # interpreter with tf32 rounding emulated; nothing is quantized after it)
     if ROT_FIRST:
-        out_lo, out_hi = apply_rotation(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D)
+        out_lo, out_hi = apply_rotation(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D, True)
     else:
-        out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True)
+        out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])

@@ -140,7 +140,7 @@ def _quantize_rows_kernel(
         dst = vc_ptr
     x_lo = tl.load(src + c[None, :], mask=m, other=0.0)
     x_hi = tl.load(src + HALF + c[None, :], mask=m, other=0.0)
-    x_lo, x_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False)
+    x_lo, x_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, OP_DTYPE, INV_SQRT_D, False, False)
     c_lo, c_hi, s = _row_codes(x_lo, x_hi)
     tl.store(dst + row[:, None] * (2 * HALF) + c[None, :], c_lo, mask=m)
     tl.store(dst + row[:, None] * (2 * HALF) + HALF + c[None, :], c_hi, mask=m)

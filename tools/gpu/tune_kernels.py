@@ -43,12 +43,12 @@ from s4kv.kernels.quant import rotate_halves  # noqa: E402
 
 @triton.jit
 def _rot_probe(x_ptr, r_ptr, y_ptr, row0_ptr, M: tl.constexpr, HALF: tl.constexpr, OP: tl.constexpr,
-               INV: tl.constexpr, TRANSPOSE: tl.constexpr):
+               INV: tl.constexpr, TRANSPOSE: tl.constexpr, TF32: tl.constexpr):
     m = tl.arange(0, M)
     c = tl.arange(0, HALF)
     x_lo = tl.load(x_ptr + m[:, None] * 2 * HALF + c[None, :])
     x_hi = tl.load(x_ptr + m[:, None] * 2 * HALF + HALF + c[None, :])
-    y_lo, y_hi = rotate_halves(x_lo, x_hi, r_ptr, HALF, OP, INV, TRANSPOSE)
+    y_lo, y_hi = rotate_halves(x_lo, x_hi, r_ptr, HALF, OP, INV, TRANSPOSE, TF32)
     tl.store(y_ptr + m[:, None] * 2 * HALF + c[None, :], y_lo)
     tl.store(y_ptr + m[:, None] * 2 * HALF + HALF + c[None, :], y_hi)
     first = m[:, None] == 0
@@ -74,7 +74,7 @@ def probe_rotation(results):
         row0 = torch.empty(d, device="cuda", dtype=torch.float32)
         try:
             _rot_probe[(1,)](x, r, y, row0, M=m, HALF=d // 2, OP=tl_of[dtype], INV=1 / math.sqrt(d),
-                             TRANSPOSE=transpose, num_warps=nw)
+                             TRANSPOSE=transpose, TF32=transpose, num_warps=nw)  # tf32: the reduction's
             torch.cuda.synchronize()
         except Exception as e:  # a compile failure is an answer too
             print(f"rot d={d} m={m} {dtype} T={transpose} nw={nw}: {type(e).__name__} {e}"[:300], flush=True)
