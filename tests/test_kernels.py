@@ -248,6 +248,24 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
+def test_reduction_programs_follow_the_batch_shape():
+    """The split reduction takes REDUCE_HEAD_SPLITS programs per (decode row, kv head) while its grid
+    stays within one program per SM, else one, from the batch shape alone (a captured graph's):
+    8 rows x 4 kv heads on 132 SMs (32k x 8) get 4 each, 9 rows or 32 (8k x 32) one. The plan
+    carries it to the launch (decode_attention reads md.reduce_head_splits)."""
+    from s4kv.kernels import decode
+
+    assert decode.REDUCE_HEAD_SPLITS == 4
+    assert decode.reduce_head_splits(8, 4, 132) == 4
+    assert decode.reduce_head_splits(9, 4, 132) == 1
+    assert decode.reduce_head_splits(32, 4, 132) == 1
+    g = torch.Generator().manual_seed(5)
+    few, _ = _step_metadata([300], [1], 1, 64, torch.bfloat16, g)  # 1 row x 1 kv head on 4 SMs
+    many, _ = _step_metadata([300, 301], [1, 1], 1, 64, torch.bfloat16, g)
+    mixed, _ = _step_metadata([300, 40], [1, 40], 1, 64, torch.bfloat16, g)  # one decode row
+    assert (few.reduce_head_splits, many.reduce_head_splits, mixed.reduce_head_splits) == (4, 1, 4)
+
+
 @pytest.mark.parametrize("head_splits,rot_first", [(2, True), (3, False)])
 def test_reduction_programs_per_kv_head(head_splits, rot_first, monkeypatch):
     """The split reduction over several programs per (decode row, kv head), each merging its share

@@ -454,6 +454,21 @@ def window_splits() -> int:
     return int(launch_options("decode-grid", 0).get("window_splits", WINDOW_SPLITS))
 
 
+# Reduction programs per (row, kv head) where a batch gives few of them (each merges its share of the
+# query heads, _reduce_kernel's HEAD_SPLITS): 32 programs (8 rows x 4 kv heads, 32k x 8) took 8.2 us,
+# 4 x 32 7.0 (the decode call -1.1 us); with more rows 4 per (row, kv head) were slower: 5.6 -> 7.0 us
+# at 32 rows, 5.1 -> 10.8 at 64 (H100, 2026-12-05: docs/results/gpu-h100-2026-12-05-twelve-windows/)
+REDUCE_HEAD_SPLITS = 4
+
+
+def reduce_head_splits(num_rows: int, num_kv_heads: int, num_sms: int) -> int:
+    """Reduction programs per (row, kv head), from the batch shape only (graph-safe): REDUCE_HEAD_SPLITS
+    while that keeps the grid within one program per SM, else 1."""
+    if num_rows * num_kv_heads * REDUCE_HEAD_SPLITS <= num_sms:
+        return REDUCE_HEAD_SPLITS
+    return 1
+
+
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
     """Page splits per (row, kv head), from the batch shape only (graph-safe): as many page programs
     as fit PROGRAMS_PER_SM times on the GPU, rounded down so that no second, nearly empty wave of
@@ -518,10 +533,11 @@ class DecodeWorkspace:
 
 
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
-# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. HEAD_SPLITS,
-# ROT_FIRST: see _reduce_kernel (added 2026-12-05 to be timed: the reduction took 5.0-8.2 us per
-# layer on the H100, about 4 of them whatever its partial count, with 32 programs at 32k x 8).
-REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4, "HEAD_SPLITS": 1, "ROT_FIRST": False}
+# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. HEAD_SPLITS
+# (see _reduce_kernel) follows the batch (reduce_head_splits, planned into md.reduce_head_splits)
+# unless a launch option sets it. ROT_FIRST: the rotation's tiles before the partials, slower by
+# 0.5-0.7 us at every measured point (H100, 2026-12-05).
+REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4, "ROT_FIRST": False}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
@@ -601,7 +617,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
-    reduce_opts = {**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)}
+    reduce_opts = {**REDUCE_DEFAULTS, "HEAD_SPLITS": md.reduce_head_splits, **launch_options("decode-reduce", d, q.device)}
     _reduce_kernel[(num_decodes, hkv * reduce_opts["HEAD_SPLITS"])](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
         GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl, **reduce_opts,
