@@ -11,6 +11,7 @@ on CPU where bf16 is deterministic, the same numbers. Otherwise the comparison i
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -19,7 +20,9 @@ from s4kv.bench import metrics
 
 
 def records(path: str) -> dict[str, dict]:
-    with open(path) as f:
+    """A run's quality records by id, from its results.jsonl (or results.jsonl.gz: results folders
+    keep large runs compressed, since the working tree travels with every device call)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         return {r["id"]: r for r in map(json.loads, f) if r.get("measurement") == "quality" and r.get("raw")}
 
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, second session, after an H100 lease that ran the
-# GPU kernel tests on 0992e02 (139 passed; the fp32 test's bound fixed in 813e6ee, the fused merge
-# reverted in 8e91297), the staged queries against 8a0d967 (-24 us per layer with a 2,048-token
-# chunk) and `bench speed` with auto, int4_kivi and fp8 on the H100: docs/results/gpu-h100-2026-12-05-fused-merge/).
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, third session, after an H100 lease that scored
+# issue 20's twelve windows on a GPU, timed and profiled the split reduction's launch options (step
+# 3b, done: four programs per row and kv head ship for small batches, 9cc675e) and ran the GPU
+# kernel tests on 96c296d: 143 passed, the fp32 test failed (tf32 rotation operands, fixed in
+# 7b5f187, not yet run on a GPU): docs/results/gpu-h100-2026-12-05-twelve-windows/).
 # The H200 has not run the tree since 65dc178's tests. In order:
-#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 48`: the tree is
-#     14.4 MiB, so 58 MiB chunks exceed a call's 64 MiB), then
+#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 44`: the tree is
+#     16.1 MiB, so 48 MiB chunks make a 64.1 MiB call), then
 #     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first;
-#     the fp32 test's pure decode steps have not run on a GPU)
+#     the fp32 test after 7b5f187 and the reduction's planned HEAD_SPLITS in the CUDA-graph test
+#     have not run on a GPU)
 #  2. (done on the H100, 2026-12-05; on the H200 only if the lease has time) the row kernel's staged queries against the two PyTorch ops before them, in one call (needs
 #     vLLM on PYTHONPATH for FlashAttention, which this script's store-chain step forgot):
 #       mkdir -p .gpu/t38/prestage && git archive 8a0d967 s4kv | tar -x -C .gpu/t38/prestage
@@ -22,7 +24,7 @@
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
 #     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
 #     then `bash tools/gpu/run-on-device.sh collect` calls until it is done
-#  3b. the split reduction, the decode call's largest piece outside the page loop (H100: 5.0 / 5.6 /
+#  3b. (done on the H100, 2026-12-05, third session) the split reduction, the decode call's largest piece outside the page loop (H100: 5.0 / 5.6 /
 #     8.2 us at 1k x 64 / 8k x 32 / 32k x 8, about 4 us of it whatever the partial count; only 32
 #     programs at 32k x 8; 6 or 12 pipeline stages measured no faster on 2026-12-02): where it waits,
 #       `PROFILE_KERNEL=_reduce_kernel bash tools/gpu/run-on-device.sh profile`   (ncu, 32k x 8)
@@ -34,8 +36,9 @@
 #     A winner becomes REDUCE_DEFAULTS after the GPU kernel tests pass with it. Moving the same merge
 #     into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
-# Issue 20 instead (one GPU issue per lease): step 1, then
-#     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`
+# Issue 20: its twelve-window GPU measurement ran on the H100 on 2026-12-05 (third session:
+#     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`,
+#     484 s; +0.276%, 96.996%); rerun it on the H200 only for a format change.
 #
 # The decode kernel under Triton 3.8 (vLLM 0.33.0's) on the H200, before and after a2e9294, without
 # the whole vLLM 0.33.0 bundle: the kernel bench needs torch and Triton only, and the machine's torch
