@@ -35,6 +35,9 @@
 #       VARIANTS="cur=. rot=.:$C/reduce-rot-first.json hs2rot=.:$C/reduce-2-rot-first.json hs4=.:$C/reduce-4.json hs4rot=.:$C/reduce-4-rot-first.json" bash tools/gpu/run-on-device.sh variants
 #     A winner becomes REDUCE_DEFAULTS after the GPU kernel tests pass with it. Moving the same merge
 #     into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
+#  3c. the decode page loop's running max from the pages' score bounds (PAGE_BOUND, off; no max over
+#     the warps' tokens per page: docs/results/kernel-static-2026-12-05-page-bound/), one call:
+#       VARIANTS="cur=. bound=.:docs/results/kernel-static-2026-12-05-page-bound/configs/page-bound.json" bash tools/gpu/run-on-device.sh variants
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
 # Issue 20: its twelve-window GPU measurement ran on the H100 on 2026-12-05 (third session:
 #     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`,
