@@ -204,7 +204,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
     [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page.
 
-    BOUND (page_bound_softmax): the running max follows each page's score bound less BOUND_SLACK
+    BOUND (page_bound_softmax): the running max follows each page's score bound less bound_slack()
     instead of its scores' max, so no max over the tokens (which lie across the warps) is taken."""
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
