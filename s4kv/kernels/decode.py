@@ -136,19 +136,17 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     # the dots run on the biased codes, the rest is one constant per query head
     qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    const_terms = (q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
+                   + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
+                   - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)))
     if BOUND:  # one reduction for both sums
         qkf_lo = qk_lo.to(tl.float32)
         qkf_hi = qk_hi.to(tl.float32)
-        s_const, above = tl.reduce((q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
-                                    + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
-                                    - CODE_BIAS * (qkf_lo + qkf_hi),
-                                    CODE_BIAS * (qkf_lo + qkf_hi)
+        s_const, above = tl.reduce((const_terms, CODE_BIAS * (qkf_lo + qkf_hi)
                                     + 15.0 * (tl.maximum(qkf_lo, 0.0) + tl.maximum(qkf_hi, 0.0))), 1, _add2)
         bound = s_const + above
     else:
-        s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
-                         + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
-                         - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
+        s_const = tl.sum(const_terms, axis=1)
         bound = s_const
     s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
