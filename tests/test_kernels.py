@@ -221,10 +221,8 @@ LAUNCH_VARIANTS = {
                          ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
     "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
                                 ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
-    # the 7 query heads of a kv head over 2 reduction programs (4 + 3 heads), the rotation's tiles
-    # loaded first; over 4 (2 + 2 + 2 + 1)
-    "reduce-2-head-splits-rotation-first": {("decode-reduce", 64): {"HEAD_SPLITS": 2, "ROT_FIRST": True},
-                                            ("decode-reduce", 128): {"HEAD_SPLITS": 2, "ROT_FIRST": True}},
+    # the 7 query heads of a kv head over 2 reduction programs (4 + 3 heads); over 4 (2 + 2 + 2 + 1)
+    "reduce-2-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 2}, ("decode-reduce", 128): {"HEAD_SPLITS": 2}},
     "reduce-4-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 4}, ("decode-reduce", 128): {"HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the running max from the pages' score bounds (s4kv.kernels.decode.page_bound_softmax)
@@ -288,14 +286,14 @@ def test_reduction_programs_follow_the_batch_shape():
     assert (few.reduce_head_splits, many.reduce_head_splits, mixed.reduce_head_splits) == (4, 1, 4)
 
 
-@pytest.mark.parametrize("head_splits,rot_first", [(2, True), (3, False)])
-def test_reduction_programs_per_kv_head(head_splits, rot_first, monkeypatch):
+@pytest.mark.parametrize("head_splits", [2, 3])
+def test_reduction_programs_per_kv_head(head_splits, monkeypatch):
     """The split reduction over several programs per (decode row, kv head), each merging its share
-    of the query heads (HEAD_SPLITS, a tuning knob; 3 leaves a program without heads for a group
-    of 7), with or without the rotation's tiles loaded first: three decode rows, 2 kv heads of 7
-    query heads, then one kv head of 12 (two page programs per split), against the reference."""
+    of the query heads (HEAD_SPLITS, planned for small batches and a tuning knob; 3 leaves a program
+    without heads for a group of 7): three decode rows, 2 kv heads of 7 query heads, then one kv
+    head of 12 (two page programs per split), against the reference."""
     for hq, hkv in ((14, 2), (12, 1)):
-        _set_launch(monkeypatch, {("decode-reduce", 64): {"HEAD_SPLITS": head_splits, "ROT_FIRST": rot_first}})
+        _set_launch(monkeypatch, {("decode-reduce", 64): {"HEAD_SPLITS": head_splits}})
         e = _engine(hq, hkv, 64, torch.bfloat16, num_blocks=24)
         e.add("a", 2 * fmt.UNIT + 40)
         e.add("b", fmt.UNIT + 3)

@@ -43,7 +43,7 @@ from s4kv.kernels import (
     tl_dtype,
 )
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
-from s4kv.kernels.quant import apply_rotation, biased_code_operands, rotate_halves, rotation_tiles
+from s4kv.kernels.quant import biased_code_operands, rotate_halves
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
@@ -442,17 +442,12 @@ def reduce_heads(group: int, head_splits: int) -> int:
 @triton.jit(do_not_specialize=["parts"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
                    GROUP: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   STAGES: tl.constexpr, HEAD_SPLITS: tl.constexpr, ROT_FIRST: tl.constexpr,
-                   PDL: tl.constexpr):
+                   STAGES: tl.constexpr, HEAD_SPLITS: tl.constexpr, PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype.
     HEAD_SPLITS programs per (row, kv head), each for its share of the query heads (more programs
-    when a small batch gives few rows). ROT_FIRST: the rotation's tiles are loaded before the
-    partials (and before waiting on the page kernel under programmatic launch), so that their
-    loads overlap instead of following the merge."""
+    when a small batch gives few rows)."""
     G_SUB: tl.constexpr = reduce_heads(GROUP, HEAD_SPLITS)
-    if ROT_FIRST:
-        r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
     if PDL:  # launched while the page kernel may still run: its partials are complete after this
         gdc_wait()
     row = tl.program_id(0)
@@ -488,10 +483,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         m_all = m_new
     # back to the original basis (fp32 operands as tf32 on tensor cores: 2e-4 of the output under the
     # interpreter with tf32 rounding emulated; nothing is quantized after it)
-    if ROT_FIRST:
-        out_lo, out_hi = apply_rotation(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D, True)
-    else:
-        out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True, True)
+    out_lo, out_hi = rotate_halves(rot_lo, rot_hi, rot_ptr, HALF, tl.float32, INV_SQRT_D, True, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
     tl.store(dst + HALF + c[None, :], (out_hi / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -595,9 +587,9 @@ class DecodeWorkspace:
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
 # (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. HEAD_SPLITS
 # (see _reduce_kernel) follows the batch (reduce_head_splits, planned into md.reduce_head_splits)
-# unless a launch option sets it. ROT_FIRST: the rotation's tiles before the partials, slower by
-# 0.5-0.7 us at every measured point (H100, 2026-12-05).
-REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4, "ROT_FIRST": False}
+# unless a launch option sets it. (The rotation's tiles loaded before the partials, an option from
+# 2026-12-05, was 0.5-0.7 us slower at every measured point on the H100 and is gone.)
+REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8

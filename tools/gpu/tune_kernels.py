@@ -166,9 +166,8 @@ KERNEL_VARIANTS = (((4, 128, 5, 128), (4,)), ((4, 128, 5, 96), (4, 5)), ((4, 128
                    ((4, 128, 5, 80), (5, 6)), ((4, 128, 3, 80), (6,)), ((4, 128, 3, 64), (8,)))
 # then the exact tail's tiles (tokens per tile, pipeline depth), then the split reduction's
 TAIL_VARIANTS = ((32, 1), (32, 2), (64, 2))
-# (pipeline stages, warps, programs per (row, kv head), the rotation's tiles loaded first)
-REDUCE_VARIANTS = ((3, 4, 1, False), (6, 4, 1, False), (3, 2, 1, False), (6, 2, 1, False),
-                   (3, 4, 1, True), (3, 4, 2, True), (3, 4, 4, True), (3, 2, 4, True))
+# (pipeline stages, warps, programs per (row, kv head))
+REDUCE_VARIANTS = ((3, 4, 1), (6, 4, 1), (3, 2, 1), (6, 2, 1), (3, 4, 2), (3, 4, 4), (3, 2, 4))
 
 
 def _geomean(times):
@@ -273,9 +272,9 @@ def sweep_decode(results, config_out=None):
         print("   ", "; ".join(kernel_facts(dec._decode_kernel)[-1:]), flush=True)
     _, _, best = best_of("exact tail", ranked)
     ranked = []
-    for stages, nw, head_splits, rot_first in REDUCE_VARIANTS:
-        ropts = {**reduce_base, "STAGES": stages, "num_warps": nw, "HEAD_SPLITS": head_splits, "ROT_FIRST": rot_first}
-        label = f"reduce STAGES={stages} num_warps={nw} HEAD_SPLITS={head_splits} ROT_FIRST={rot_first}"
+    for stages, nw, head_splits in REDUCE_VARIANTS:
+        ropts = {**reduce_base, "STAGES": stages, "num_warps": nw, "HEAD_SPLITS": head_splits}
+        label = f"reduce STAGES={stages} num_warps={nw} HEAD_SPLITS={head_splits}"
         gm = measure(label, best, pps, ropts)
         if gm is not None:
             ranked.append((label, gm, ropts))
