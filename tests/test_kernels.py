@@ -225,8 +225,6 @@ LAUNCH_VARIANTS = {
     "reduce-2-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 2}, ("decode-reduce", 128): {"HEAD_SPLITS": 2}},
     "reduce-4-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 4}, ("decode-reduce", 128): {"HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
-    # the running max from the pages' score bounds (s4kv.kernels.decode.page_bound_softmax)
-    "page-bound-softmax": {("decode", 64): {"PAGE_BOUND": True}, ("decode", 128): {"PAGE_BOUND": True}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
     # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined
     "one-window-program-32-rows": {("decode-grid", 0): {"window_splits": 1},
@@ -249,18 +247,11 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
 
 
 @pytest.mark.parametrize("q_scale", [1, 8, 16])
-def test_page_bound_softmax_against_reference(q_scale, monkeypatch):
-    """The page loop's running max taken from the pages' score bounds (PAGE_BOUND, a launch option):
-    queries 1x, 8x and 16x larger, so that the bound lies 40 to over 160 log2 units above the
-    pages' scores; past bound_reach() a page takes its true max (without that, the 16x case came
-    out NaN: every p underflowed). bf16 model (fp32 operands under the interpreter); fp16 operands
-    never take the bound (p * value scale would pass fp16's range)."""
-    from s4kv.kernels import decode
-
-    assert decode.page_bound_softmax(True, triton.language.bfloat16)
-    assert not decode.page_bound_softmax(True, triton.language.float16)
-    assert not decode.page_bound_softmax(False, triton.language.bfloat16)
-    _set_launch(monkeypatch, {("decode", 64): {"PAGE_BOUND": True}})
+def test_peaky_queries_against_reference(q_scale):
+    """Queries 1x, 8x and 16x larger: scores spread over hundreds of log2 units, so that most pages'
+    p underflow beside the row's maximum and a page's first (exact) key may hold its max. (It was
+    written for the pages' score bounds as the running max, an option removed on 2026-12-05: slower
+    on the H200, and 1.1e-2 / 1.9e-2 from the reference at 8x / 16x with bf16 operands there.)"""
     e = _engine(7, 1, 64, torch.bfloat16, num_blocks=16)
     e.add("a", 5 * BS + 3)
     e.reqs["a"]["q"] *= q_scale

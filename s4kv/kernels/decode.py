@@ -118,16 +118,10 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 @triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
-               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-               BOUND: tl.constexpr):
+               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
     the scores' per-head constant, the first token's exact score, the first value's high-nibble
-    terms [HALF], and with BOUND the page's score bound, else the constant again). f16, k0: token
-    0's value scale and key code row (_narrow_loads).
-
-    The bound: a code lies in 0..15, so no quantized key of the page scores above
-    q . m + 15 * sum_c max(q_c * s_c, 0), known from the page's statistics before its codes
-    (page_bound_softmax)."""
+    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
     region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
@@ -136,18 +130,9 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     # the dots run on the biased codes, the rest is one constant per query head
     qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    const_terms = (q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
-                   + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
-                   - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)))
-    if BOUND:  # one reduction for both sums
-        qkf_lo = qk_lo.to(tl.float32)
-        qkf_hi = qk_hi.to(tl.float32)
-        s_const, above = tl.reduce((const_terms, CODE_BIAS * (qkf_lo + qkf_hi)
-                                    + 15.0 * (tl.maximum(qkf_lo, 0.0) + tl.maximum(qkf_hi, 0.0))), 1, _add2)
-        bound = s_const + above
-    else:
-        s_const = tl.sum(const_terms, axis=1)
-        bound = s_const
+    s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
+                     + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
+                     - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
     s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
     # the block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
@@ -156,34 +141,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
     fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-    return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi, bound
-
-
-# page_bound_softmax, in log2 units. bound_slack: how far above the running reference a page's
-# bound may put a score. Overflow: p <= 2^60, p * value scale <= 2^76 in bf16 operands, sums over
-# 32k tokens of them in fp32 far below 2^127. bound_reach: how far above a page's exact first
-# score its bound may lie for the bound to be used (the page's max is at least that score), so the
-# reference stays at most 100 above the scores' running max and its top tokens' p >= 2^-100, in
-# fp32's and bf16's normal range (2^-126); further, the page takes its true max. SmolLM2 over the
-# first 2,048 tokens of the text (all layers, heads and pages before a query's window) had a bound
-# 41 above its page's max (median), 82 (p99) and 116 at most. fp16 operands (p * value scale <=
-# 65504) cannot take 2^60: the bound is used with bf16 (and fp32) operands only.
-@triton.constexpr_function
-def bound_slack() -> float:
-    return 60.0
-
-
-@triton.constexpr_function
-def bound_reach() -> float:
-    return 160.0
-
-
-@triton.constexpr_function
-def page_bound_softmax(requested: bool, dot_dtype) -> bool:
-    """The page loop's running max from the pages' score bounds (_page_keys) instead of their scores:
-    asked for (launch option PAGE_BOUND) and with operands whose exponent range takes p up to
-    2^bound_slack() (bf16, fp32)."""
-    return bool(requested) and dot_dtype != tl.float16
+    return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
 @triton.jit
@@ -192,7 +150,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
                    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, BOUND: tl.constexpr):
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
     partials of 2 * HALF values and of a (max, sum) pair).
@@ -200,10 +158,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
     columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
     tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
-    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page.
-
-    BOUND (page_bound_softmax): the running max follows each page's score bound less bound_slack()
-    instead of its scores' max, so no max over the tokens (which lie across the warps) is taken."""
+    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page."""
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
@@ -223,9 +178,9 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
         ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
-        region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi, bound = _page_keys(
+        region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
-            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, BOUND)
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
         vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
@@ -234,25 +189,11 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             s = tl.dot(k_lo, tl.trans(qk_lo))
             s = tl.dot(k_hi, tl.trans(qk_hi), s)  # [SUB, G]
             s += s_const[None, :]
-            if BOUND:
-                if sub == 0:
-                    top = tl.maximum(bound, s_first)
-                    # the page's max lies in s_first..top: the bound keeps every p <= 2^bound_slack() and the
-                    # max's p >= 2^(bound_slack() - bound_reach()); a head whose bound reaches further
-                    # above its exact first score than that takes the page's true max (all heads do)
-                    if tl.max((top - s_first > bound_reach()).to(tl.int32), axis=0) > 0:
-                        m_tile = tl.max(tl.where(ts[:, None] == 0, -float("inf"), s), axis=0)
-                        m_new = tl.maximum(m_i, tl.maximum(m_tile, s_first))
-                    else:
-                        m_new = tl.maximum(m_i, top - bound_slack())
-                else:
-                    m_new = m_i
-            else:
-                m_tile = tl.max(s, axis=0)
-                if sub == 0:  # the block's first token: its exact key's score
-                    s = tl.where(ts[:, None] == 0, -float("inf"), s)
-                    m_tile = tl.maximum(tl.max(s, axis=0), s_first)
-                m_new = tl.maximum(m_i, m_tile)
+            m_tile = tl.max(s, axis=0)
+            if sub == 0:  # the block's first token: its exact key's score
+                s = tl.where(ts[:, None] == 0, -float("inf"), s)
+                m_tile = tl.maximum(tl.max(s, axis=0), s_first)
+            m_new = tl.maximum(m_i, m_tile)
             alpha = tl.exp2(m_i - m_new)
             pr = tl.exp2(s - m_new[None, :])
             if sub == 0:
@@ -298,7 +239,7 @@ def _decode_kernel(
     LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
-    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, PAGE_BOUND: tl.constexpr,
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -358,8 +299,7 @@ def _decode_kernel(
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX,
-                       page_bound_softmax(PAGE_BOUND, DOT_DTYPE))
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -601,11 +541,11 @@ PAGE_HEADS = 8
 # TAIL_SUB / TAIL_STAGES: the window's tiles (its buffers are allocated beside the page
 # loop's, so they stay small; 64 rows unpipelined was the fastest of 32/64 rows x 1/2 stages with 1,
 # 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
-# spills on sm80-sm90 (tools/kernel_static.py).
-# PAGE_BOUND: page_bound_softmax (2026-12-05, third session: compiled and interpreter-tested, not
-# yet timed; off until a lease measures it).
+# spills on sm80-sm90 (tools/kernel_static.py). Fewer warps per program (fewer instructions per
+# page, fewer barriers) and the pages' score bounds as the running max were 1.6-150% slower on the
+# H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128, "PAGE_BOUND": False}
+                   "num_warps": 4, "maxnreg": 128}
 
 
 def programmatic_launch(device) -> bool:
