@@ -124,14 +124,18 @@ def test_every_kernel_launch_fits_every_supported_gpu(tmp_path):
 
 
 @pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
-def test_fp32_rows_and_queries_are_rotated_in_full_fp32(tmp_path):
+def test_fp32_models_rotate_and_decode_in_full_fp32(tmp_path):
     """An fp32 model's row kernel (its 8-bit rows, which the int4 pages are quantized from, and the
-    decode queries) multiplies its rotation in fp32, not as tf32 on tensor cores: tf32 moved its
-    codes off the reference's (s4kv.kernels.quant.rotation_precision; Triton's interpreter, which
-    CI runs the kernels under, computes either in fp32). The reduction's rotation back keeps tf32,
-    so the check sees tf32 products where there are some. No engine serves an fp32 model."""
-    rows = _kernel_static(tmp_path, "--kernel", "rows,reduce", "--arch", "80,90", "--shape", "smollm2",
+    decode queries) and its decode kernel multiply in fp32, not as tf32 on tensor cores: tf32 moved
+    the row kernel's codes off the reference's, and in the decode page loop it rounded q * s and
+    p * s inside the dots while the biased codes' constants were computed from the unrounded values
+    (a decode row 6.6e-2 from the reference on the H200, 2026-12-05; s4kv.kernels.quant.dot_precision;
+    Triton's interpreter, which CI runs the kernels under, computes either in fp32). The reduction's
+    rotation back keeps tf32, so the check sees tf32 products where there are some. No engine serves
+    an fp32 model."""
+    rows = _kernel_static(tmp_path, "--kernel", "rows,decode,reduce", "--arch", "80,90", "--shape", "smollm2",
                           "--dtype", "fp32")
     tf32 = {(r["kernel"], r["arch"]): r["tf32_mma"] for r in rows}
     assert tf32[("rows", "sm80")] == tf32[("rows", "sm90")] == 0, tf32
+    assert tf32[("decode", "sm80")] == tf32[("decode", "sm90")] == 0, tf32
     assert tf32[("reduce", "sm80")] > 0 and tf32[("reduce", "sm90")] > 0, tf32

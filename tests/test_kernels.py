@@ -102,11 +102,12 @@ def test_fp32_model_against_reference():
     """An fp32 model's steps (chunks, decode rows beside them, pure decode): its pages hold the
     first keys in bf16 (s4kv.format.first_key_dtype), which every kernel must read as bf16 (the
     decode kernel once took the model's own dtype for them, and its pure decode steps came out NaN).
-    No engine serves an fp32 model (s4kv.validation refuses it). On CUDA the attention dots take
-    tf32 operands and the chunk path fp16 ones, so there the bound is bf16's, still far below what
-    misread keys give. The row kernel's rotation took tf32 operands too until 2026-12-05 (H100: a
-    decode row beside a chunk 4.8e-3, then the chunk after 200 cached tokens 1.7e-2, its codes
-    quantized off the reference's); it is fp32 now (tests/test_kernel_launch_fit.py checks the SASS)."""
+    No engine serves an fp32 model (s4kv.validation refuses it). On CUDA the chunk path takes fp16
+    operands, so there the bound is bf16's, still far below what misread keys give. The row
+    kernel's rotation and the decode kernel's dots took tf32 operands until 2026-12-05 (H100: the
+    chunk after 200 cached tokens 1.7e-2, its codes quantized off the reference's; H200: a pure
+    decode row 6.6e-2, the biased codes' constants computed from values the dots rounded); both
+    multiply fp32 operands in fp32 now (tests/test_kernel_launch_fit.py checks the SASS)."""
     e = _engine(4, 2, 64, torch.float32)
     e.add("a", 420)
     e.add("b", 300)

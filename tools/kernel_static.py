@@ -421,7 +421,7 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
         "programs_per_sm": occupancy(cc, regs, kern.metadata.shared, nw),
         "code_tile_buffers": max(buffers, default=0),
         "instructions": len(ops), "local_loads": sum(op.startswith("LDL") for op in ops),
-        # tensor-core products that round fp32 operands to tf32 (s4kv.kernels.quant.rotation_precision)
+        # tensor-core products that round fp32 operands to tf32 (s4kv.kernels.quant.dot_precision)
         "tf32_mma": sum("TF32" in op for op in ops),
         "local_stores": sum(op.startswith("STL") for op in ops),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,

@@ -43,7 +43,7 @@ from s4kv.kernels import (
     tl_dtype,
 )
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
-from s4kv.kernels.quant import biased_code_operands, rotate_halves
+from s4kv.kernels.quant import biased_code_operands, dot_precision, rotate_halves
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
@@ -159,6 +159,9 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
     tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
     [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page."""
+    # fp32 operands (an fp32 model) multiplied in fp32: as tf32 the dots would round q * s and p * s,
+    # which the biased codes' constants are computed from unrounded (dot_precision)
+    EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
@@ -186,8 +189,8 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             ts = sub * SUB + tl.arange(0, SUB)
             kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
             k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-            s = tl.dot(k_lo, tl.trans(qk_lo))
-            s = tl.dot(k_hi, tl.trans(qk_hi), s)  # [SUB, G]
+            s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
+            s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
             s += s_const[None, :]
             m_tile = tl.max(s, axis=0)
             if sub == 0:  # the block's first token: its exact key's score
@@ -207,8 +210,8 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
             vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
             v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-            acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :])
-            acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :])
+            acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
+            acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
             if sub == 0:  # the first value's high nibbles
                 acc_lo += fv_lo[:, None] * p_first[None, :]
                 acc_hi += fv_hi[:, None] * p_first[None, :]
@@ -256,6 +259,7 @@ def _decode_kernel(
     W_V_CODES: tl.constexpr = layout(LAYOUT, "w_v_codes")
     W_K_SCALE: tl.constexpr = layout(LAYOUT, "w_k_scale")
     W_V_SCALE: tl.constexpr = layout(LAYOUT, "w_v_scale")
+    EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)  # fp32 operands multiplied in fp32
     if PDL:  # the reduction may be launched once every program here has started; it waits (gdc_wait)
         gdc_launch_dependents()
     row = tl.program_id(0)
@@ -329,8 +333,8 @@ def _decode_kernel(
                 ck_lo = (tl.load(rk, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
                 ck_hi = (tl.load(rk + HALF, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
                 ks = tl.load((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=in_tail, other=0.0)
-                s = tl.dot(qd_lo, tl.trans(ck_lo))
-                s = tl.dot(qd_hi, tl.trans(ck_hi), s)  # [G_PAD, TAIL_SUB]
+                s = tl.dot(qd_lo, tl.trans(ck_lo), input_precision=EXACT)
+                s = tl.dot(qd_hi, tl.trans(ck_hi), s, input_precision=EXACT)  # [G_PAD, TAIL_SUB]
                 s = tl.where(in_tail[None, :], s * ks.to(tl.float32)[None, :], -float("inf"))
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
                 m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -341,8 +345,8 @@ def _decode_kernel(
                 pv = (pr * vs.to(tl.float32)[None, :]).to(DOT_DTYPE)
                 cv_lo = (tl.load(rk + W_V_CODES, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
                 cv_hi = (tl.load(rk + W_V_CODES + HALF, mask=m, other=0).to(tl.float32) - 127.5).to(DOT_DTYPE)
-                acc_lo = tl.dot(pv, cv_lo, acc_lo * alpha[:, None])
-                acc_hi = tl.dot(pv, cv_hi, acc_hi * alpha[:, None])
+                acc_lo = tl.dot(pv, cv_lo, acc_lo * alpha[:, None], input_precision=EXACT)
+                acc_hi = tl.dot(pv, cv_hi, acc_hi * alpha[:, None], input_precision=EXACT)
                 m_i = m_new
             # this step's token's row (in the window unless it completed its unit: then in a page)
             own = q_start.to(tl.int64) * HKV + h

@@ -103,12 +103,15 @@ def rotation_tiles(r_ptr, HALF: tl.constexpr, TRANSPOSE: tl.constexpr):
 
 
 @triton.constexpr_function
-def rotation_precision(op_dtype, tf32: bool) -> str:
-    """tl.dot's input_precision for a rotation: fp32 operands are multiplied in full fp32 ("ieee",
-    FMAs) unless tf32 is asked for. On tensor cores fp32 operands are tf32 by default, whose 10-bit
-    mantissas moved an fp32 model's 8-bit rows and int4 codes off the reference's (a chunk after 200
-    cached tokens 1.7e-2 from the reference on the H100, 2026-12-05; 1.1e-2 under the interpreter
-    with tf32 rounding emulated, 5e-4 without). 16-bit operands ignore it (exact products anyway)."""
+def dot_precision(op_dtype, tf32: bool) -> str:
+    """tl.dot's input_precision for the rotations and the decode kernel's dots: fp32 operands are
+    multiplied in full fp32 ("ieee", FMAs) unless tf32 is asked for. On tensor cores fp32 operands
+    are tf32 by default, whose 10-bit mantissas moved an fp32 model's 8-bit rows and int4 codes off
+    the reference's (a chunk after 200 cached tokens 1.7e-2 from the reference on the H100,
+    2026-12-05; 1.1e-2 under the interpreter with tf32 rounding emulated, 5e-4 without), and in the
+    decode page loop broke the biased codes' cancellation (the dot rounds q * s to tf32, the
+    constant B * sum(q * s) did not: a decode row 6.6e-2 from the reference on the H200). 16-bit
+    operands ignore it (exact products anyway). Triton's interpreter computes either in fp32."""
     return "tf32" if tf32 or op_dtype != tl.float32 else "ieee"
 
 
@@ -116,10 +119,10 @@ def rotation_precision(op_dtype, tf32: bool) -> str:
 def apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
                    TF32: tl.constexpr):
     """x @ [[r00, r01], [r10, r11]] / sqrt(D) for x given as its two column halves (rotation_tiles).
-    TF32: fp32 operands as tf32 (rotation_precision)."""
+    TF32: fp32 operands as tf32 (dot_precision)."""
     a = x_lo.to(OP_DTYPE)
     b = x_hi.to(OP_DTYPE)
-    p: tl.constexpr = rotation_precision(OP_DTYPE, TF32)
+    p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
     y_lo = tl.dot(a, r00.to(OP_DTYPE), input_precision=p) + tl.dot(b, r10.to(OP_DTYPE), input_precision=p)
     y_hi = tl.dot(a, r01.to(OP_DTYPE), input_precision=p) + tl.dot(b, r11.to(OP_DTYPE), input_precision=p)
     return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
@@ -132,7 +135,7 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
 
     r_ptr points at the +-1 matrix [D, D] (row-major, any float dtype: +-1 is exact), so the
     products are exact and only the fp32 accumulation rounds (with TF32, fp32 operands lose
-    13 bits first: rotation_precision). Returns fp32 halves.
+    13 bits first: dot_precision). Returns fp32 halves.
     """
     r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
     return apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D, TF32)
