@@ -146,3 +146,40 @@ def test_the_saturating_fp16_conversion_is_clamp_then_round_in_element_order():
             assert torch.equal(got.isnan(), want.isnan()), (first, second, got)
             ok = ~want.isnan()
             assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit()), (first, second, got)
+
+
+_CACHE_KEYS = """
+import sys
+from s4kv.kernels import code_ptx
+change = sys.argv[1]
+if change == "unpack":
+    code_ptx.UNPACK_PTX = {k: v + "\\n// changed" for k, v in code_ptx.UNPACK_PTX.items()}
+elif change == "bias":
+    code_ptx.CODE_BIAS = {**code_ptx.CODE_BIAS, "bf16": 129.0}
+elif change == "satfinite":
+    code_ptx.FP16_SATFINITE += " // changed"
+from s4kv.kernels import decode, store
+print(decode._decode_kernel.cache_key, store._quantize_rows_kernel.cache_key)
+"""
+
+
+def test_a_changed_ptx_text_or_bias_changes_the_kernels_cache_keys():
+    """Triton keys its on-disk kernel cache by the kernels' sources and the constexpr globals they
+    read, not by a table a constexpr function reads through another module: with code_ptx's texts
+    read that way, a changed unpack PTX (or code bias, or fp16 conversion) reused the kernels
+    compiled with the old one (a probe of 2026-12-05 compiled to the shipped SASS until its jit
+    source changed too). Each change, made before the kernels are imported, must change the decode
+    kernel's key (unpack, bias) or the row kernel's (fp16 conversion)."""
+    import subprocess
+    import sys
+
+    def keys(change: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _CACHE_KEYS, change], check=True, capture_output=True,
+                             text=True, env={**os.environ, "TRITON_INTERPRET": "0"}).stdout
+        return out.split()
+
+    base = keys("none")
+    assert keys("none") == base
+    assert keys("unpack")[0] != base[0]
+    assert keys("bias")[0] != base[0]
+    assert keys("satfinite")[1] != base[1]

@@ -32,6 +32,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from s4kv import format as fmt
 from s4kv.kernels import (
     capability_major,
+    code_ptx,
     compile_env,
     dot_dtype,
     interpreted,
@@ -42,18 +43,19 @@ from s4kv.kernels import (
     rotation_operand,
     tl_dtype,
 )
-from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import biased_code_operands, dot_precision, rotate_halves
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
+# a constexpr global, so that Triton's cache keys follow it (see s4kv.kernels.quant._UNPACK_PTX)
+_CODE_BIAS = tl.constexpr(code_ptx.CODE_BIAS)
 
 
 @triton.constexpr_function
 def code_bias(code_dtype) -> float:
     """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
     tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
-    return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
+    return _CODE_BIAS.value["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
 @triton.jit
