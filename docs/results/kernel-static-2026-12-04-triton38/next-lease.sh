@@ -1,43 +1,25 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, third session, after an H100 lease that scored
-# issue 20's twelve windows on a GPU, timed and profiled the split reduction's launch options (step
-# 3b, done: four programs per row and kv head ship for small batches, 9cc675e) and ran the GPU
-# kernel tests on 96c296d: 143 passed, the fp32 test failed (tf32 rotation operands, fixed in
-# 7b5f187, not yet run on a GPU): docs/results/gpu-h100-2026-12-05-twelve-windows/).
-# The H200 has not run the tree since 65dc178's tests. In order:
-#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 44`: the tree is
-#     16.1 MiB, so 48 MiB chunks make a 64.1 MiB call), then
-#     `bash tools/gpu/run-on-device.sh patch tests`   (GPU kernel tests, Triton 3.6: must pass first;
-#     the fp32 test after 7b5f187 and the reduction's planned HEAD_SPLITS in the CUDA-graph test
-#     have not run on a GPU)
-#  2. (done on the H100, 2026-12-05; on the H200 only if the lease has time) the row kernel's staged queries against the two PyTorch ops before them, in one call (needs
-#     vLLM on PYTHONPATH for FlashAttention, which this script's store-chain step forgot):
-#       mkdir -p .gpu/t38/prestage && git archive 8a0d967 s4kv | tar -x -C .gpu/t38/prestage
-#       carry [".gpu/t38/prestage"]; command: source /root/s4kv-env.sh; for p in 1 2; do for dir in
-#       .gpu/t38/prestage .; do PYTHONPATH=$dir:/tmp/site python3 tools/gpu/host_overhead.py --kv int4_kivi
-#       --decodes 0,31,31 --chunks 2048,512,2048 --json $OUT/stage-$(basename $dir)-$p.json; done; done
-#     and where an eager mixed layer's host time goes on the GPU's host (577-1,188 us against 322-706
-#     of device time on 2026-12-05; Triton's dispatch is 9.5-21.4 us per launch on the CPU machine,
-#     docs/results/cpu-2026-12-05-launch-host-time/ addendum):
-#       `HOST_ARGS="--cprofile 30" bash tools/gpu/run-on-device.sh host-overhead`
-#  3. issue 14's acceptance, all four dtypes in one run:
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, fourth session, after an H200 lease that timed
+# fewer warps per page program and PAGE_BOUND (none faster; PAGE_BOUND removed) and ran the GPU
+# kernel tests on bdcd5f5: 146 of 149 passed; an fp32 model's decode dots took tf32 operands, fixed
+# in 274df4b; docs/results/gpu-h200-2026-12-05-decode-configs/). The device then paused. In order:
+#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 44`; the last chunk
+#     c7 is 0.1 MiB: carry it with c6 and the setup files and run `cp .gpu/c6 /root/stage/ && bash
+#     .gpu/setup-on-device.sh` in one call), then `bash tools/gpu/run-on-device.sh --detach tests`
+#     and `collect` (126 s on the H200 with a cold cache): the fp32 test after 274df4b,
+#     test_peaky_queries_against_reference and be5a99d's cache keys have not run on a GPU.
+#     The decode page-loop probes need no vLLM and can run while the chunks are copied (CPU only):
+#       here: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
+#       first call: carry [".gpu/probes"] (alone: with a 44 MiB chunk the call failed to copy),
+#       command: PASSES=2 setsid nohup bash .gpu/probes/run-probes.sh >/root/probe-launch.log 2>&1 &
+#       later: cat /root/probeout/table.txt (about 150 s per pass); start the tests after it is done
+#  2. issue 14's acceptance, all four dtypes in one run:
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
 #     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
 #     then `bash tools/gpu/run-on-device.sh collect` calls until it is done
-#  3b. (done on the H100, 2026-12-05, third session) the split reduction, the decode call's largest piece outside the page loop (H100: 5.0 / 5.6 /
-#     8.2 us at 1k x 64 / 8k x 32 / 32k x 8, about 4 us of it whatever the partial count; only 32
-#     programs at 32k x 8; 6 or 12 pipeline stages measured no faster on 2026-12-02): where it waits,
-#       `PROFILE_KERNEL=_reduce_kernel bash tools/gpu/run-on-device.sh profile`   (ncu, 32k x 8)
-#     and, in the same lease, its two new launch options (default off; compiled and interpreter-tested:
-#     docs/results/kernel-static-2026-12-05-reduce/): more programs per (row, kv head) and the
-#     rotation's 32 KB of tiles loaded before the partials, in one call (about a minute):
-#       C=docs/results/kernel-static-2026-12-05-reduce/configs
-#       VARIANTS="cur=. rot=.:$C/reduce-rot-first.json hs2rot=.:$C/reduce-2-rot-first.json hs4=.:$C/reduce-4.json hs4rot=.:$C/reduce-4-rot-first.json" bash tools/gpu/run-on-device.sh variants
-#     A winner becomes REDUCE_DEFAULTS after the GPU kernel tests pass with it. Moving the same merge
-#     into the page kernel was slower (docs/results/gpu-h100-2026-12-05-fused-merge/).
-#  3c. the decode page loop's running max from the pages' score bounds (PAGE_BOUND, off; no max over
-#     the warps' tokens per page: docs/results/kernel-static-2026-12-05-page-bound/), one call:
-#       VARIANTS="cur=. bound=.:docs/results/kernel-static-2026-12-05-page-bound/configs/page-bound.json" bash tools/gpu/run-on-device.sh variants
+#  3. if the lease has time: where an eager mixed layer's host time goes on the GPU's host (577-1,188
+#     us against 322-706 of device time on 2026-12-05; docs/results/cpu-2026-12-05-launch-host-time/):
+#       `HOST_ARGS="--cprofile 30" bash tools/gpu/run-on-device.sh host-overhead`
 #  4. what is left of the lease: the Triton 3.8 comparisons below (six more chunk calls first).
 # Issue 20: its twelve-window GPU measurement ran on the H100 on 2026-12-05 (third session:
 #     `KVS=auto,int4_kivi TEXT_WINDOWS=12 FLOOR_BACKEND=TRITON_ATTN BASELINE=.gpu/base353 bash tools/gpu/run-on-device.sh bench-quality bench-quality-baseline`,
