@@ -148,38 +148,43 @@ def test_the_saturating_fp16_conversion_is_clamp_then_round_in_element_order():
             assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit()), (first, second, got)
 
 
-_CACHE_KEYS = """
+_LAYOUT_AFTER_CHANGE = """
 import sys
 from s4kv.kernels import code_ptx
 change = sys.argv[1]
 if change == "unpack":
-    code_ptx.UNPACK_PTX = {k: v + "\\n// changed" for k, v in code_ptx.UNPACK_PTX.items()}
+    code_ptx.UNPACK_PTX = {**code_ptx.UNPACK_PTX, ("bf16", "hi"): code_ptx.UNPACK_PTX["bf16", "hi"] + "\\n// changed"}
 elif change == "bias":
-    code_ptx.CODE_BIAS = {**code_ptx.CODE_BIAS, "bf16": 129.0}
+    code_ptx.CODE_BIAS = {**code_ptx.CODE_BIAS, "fp16": 65.0}
 elif change == "satfinite":
     code_ptx.FP16_SATFINITE += " // changed"
-from s4kv.kernels import decode, store
-print(decode._decode_kernel.cache_key, store._quantize_rows_kernel.cache_key)
+from s4kv.kernels import kernel_layout
+print(kernel_layout(128))
 """
 
 
-def test_a_changed_ptx_text_or_bias_changes_the_kernels_cache_keys():
-    """Triton keys its on-disk kernel cache by the kernels' sources and the constexpr globals they
-    read, not by a table a constexpr function reads through another module: with code_ptx's texts
-    read that way, a changed unpack PTX (or code bias, or fp16 conversion) reused the kernels
-    compiled with the old one (a probe of 2026-12-05 compiled to the shipped SASS until its jit
-    source changed too). Each change, made before the kernels are imported, must change the decode
-    kernel's key (unpack, bias) or the row kernel's (fp16 conversion)."""
+def test_a_changed_ptx_text_or_bias_changes_every_kernels_cache_key():
+    """Triton keys its on-disk kernel cache by a kernel's source, its arguments and the constexpr
+    globals it reads, not by a table a constexpr function reads through another module, as the
+    kernels read code_ptx's: a changed unpack PTX reused the kernels compiled with the old one (a
+    probe of 2026-12-05 compiled to the shipped SASS). Every kernel takes s4kv.kernels.kernel_layout
+    as its LAYOUT argument, which carries a digest of the PTX texts and code biases: each change,
+    made before the kernels are imported, must change it, and no kernel module may launch with the
+    format's layout string alone."""
+    import pathlib
     import subprocess
     import sys
 
-    def keys(change: str) -> list[str]:
-        out = subprocess.run([sys.executable, "-c", _CACHE_KEYS, change], check=True, capture_output=True,
-                             text=True, env={**os.environ, "TRITON_INTERPRET": "0"}).stdout
-        return out.split()
+    def layout(change: str) -> str:
+        return subprocess.run([sys.executable, "-c", _LAYOUT_AFTER_CHANGE, change], check=True,
+                              capture_output=True, text=True).stdout.strip()
 
-    base = keys("none")
-    assert keys("none") == base
-    assert keys("unpack")[0] != base[0]
-    assert keys("bias")[0] != base[0]
-    assert keys("satfinite")[1] != base[1]
+    base = layout("none")
+    assert base == layout("none") and ";ptx=" in base
+    for change in ("unpack", "bias", "satfinite"):
+        assert layout(change) != base, change
+    kernels = pathlib.Path(__file__).resolve().parents[1] / "s4kv" / "kernels"
+    launches = {f.name: f.read_text().count("LAYOUT=") for f in kernels.glob("*.py")}
+    assert sum(launches.values()) >= 5, launches
+    for f in kernels.glob("*.py"):
+        assert "LAYOUT=fmt.kernel_layout" not in f.read_text(), f.name

@@ -11,6 +11,7 @@
 """
 
 import functools
+import hashlib
 import json
 import os
 
@@ -19,13 +20,36 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
+from s4kv.kernels import code_ptx
 
 _TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
 
-# LAYOUT (a kernel's argument, s4kv.format.kernel_layout(head_size)) read inside the kernel at compile
+# LAYOUT (a kernel's argument, kernel_layout(head_size)) read inside the kernel at compile
 # time: `V_CODES: tl.constexpr = layout(LAYOUT, "v_codes")`
 layout = triton.constexpr_function(fmt.layout_value)
+
+
+def ptx_digest() -> str:
+    """A digest of the kernels' inline PTX texts and code biases (s4kv.kernels.code_ptx)."""
+    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE)
+    return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def kernel_layout(head_size: int) -> str:
+    """Every kernel's LAYOUT argument: s4kv.format.kernel_layout(head_size) and ptx_digest().
+
+    Triton keys its on-disk kernel cache by a kernel's source, its arguments' values and the
+    constexpr globals it reads, not by what a constexpr function reads through another module, as
+    the kernels read code_ptx's texts: a changed unpack PTX reused kernels compiled with the old one
+    (2026-12-05). An argument's value is what every Triton version keys the cache by; the tables
+    as constexpr globals read by the constexpr functions also changed Triton 3.6's keys (be5a99d),
+    but through how Triton collects a kernel's globals, which its versions change, and Triton
+    checks such globals on every launch. The digest adds no launch argument
+    (tools/launch_host_time.py: the same host time as before, 102 us per mixed layer on the CPU
+    machine) and no instruction (SASS identical)."""
+    return f"{fmt.kernel_layout(head_size)};ptx={ptx_digest()}"
 
 
 def group_pad(group: int) -> int:

@@ -32,7 +32,15 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, interpreted, launch_options, layout, rotation_operand, tl_dtype
+from s4kv.kernels import (
+    dot_dtype,
+    interpreted,
+    kernel_layout,
+    launch_options,
+    layout,
+    rotation_operand,
+    tl_dtype,
+)
 from s4kv.kernels.chunk_plan import PAGE, WINDOW, plan_chunks, to_device
 from s4kv.kernels.flash import varlen_paged_attention
 from s4kv.kernels.quant import clamp_fp16, rotate_halves, to_fp16_saturated
@@ -53,7 +61,7 @@ def _stage_kernel(
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     kp_ptr, vp_ptr, stride_pp, stride_pt, stride_ph,  # scratch pages [P, BS, Hkv, D], model dtype
     rot_ptr,
-    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
+    LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     HKV: tl.constexpr, KIND: tl.constexpr, USE_PTX: tl.constexpr,
 ):
@@ -162,7 +170,7 @@ def stage_pages(wave, rows, regions, md, model_dtype, k_pages, v_pages, kind: in
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
         k_pages, v_pages, k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
         rotation_operand(d, STAGE_DTYPE, kc.device),
-        LAYOUT=fmt.kernel_layout(d), OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
+        LAYOUT=kernel_layout(d), OP_DTYPE=dot_dtype(STAGE_DTYPE), INV_SQRT_D=d ** -0.5,
         FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
         HKV=hkv, KIND=kind, USE_PTX=not interpreted(),
         **launch_options("stage", d, kc.device),

@@ -32,10 +32,10 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from s4kv import format as fmt
 from s4kv.kernels import (
     capability_major,
-    code_ptx,
     compile_env,
     dot_dtype,
     interpreted,
+    kernel_layout,
     launch_options,
     layout,
     padded_group,
@@ -43,19 +43,18 @@ from s4kv.kernels import (
     rotation_operand,
     tl_dtype,
 )
+from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import biased_code_operands, dot_precision, rotate_halves
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
-# a constexpr global, so that Triton's cache keys follow it (see s4kv.kernels.quant._UNPACK_PTX)
-_CODE_BIAS = tl.constexpr(code_ptx.CODE_BIAS)
 
 
 @triton.constexpr_function
 def code_bias(code_dtype) -> float:
     """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
     tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
-    return _CODE_BIAS.value["bf16" if code_dtype == tl.bfloat16 else "fp16"]
+    return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
 @triton.jit
@@ -241,7 +240,7 @@ def _decode_kernel(
     splits,
     GROUP: tl.constexpr, SUB: tl.constexpr,
     PAGE_STAGES: tl.constexpr, TAIL_SUB: tl.constexpr, TAIL_STAGES: tl.constexpr,
-    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
+    LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
@@ -610,7 +609,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             regions, regions.stride(0), regions.stride(1),
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
             part_o, part_ml, splits,
-            GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=fmt.kernel_layout(d),
+            GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=kernel_layout(d),
             CODE_DTYPE=tl_dtype(q.dtype), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
             DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,

@@ -60,18 +60,10 @@ def clamp_fp16(x):
     return tl.where(x > fp16_max(), fp16_max(), tl.where(x < -fp16_max(), -fp16_max(), x))
 
 
-# code_ptx's texts as constexpr globals of this module: Triton hashes the constexpr globals a JIT or
-# constexpr function reads into the kernels' cache keys, but not a table read through another
-# module, so a changed PTX text would have reused kernels compiled with the old one from Triton's
-# on-disk cache (tests/test_code_unpack.py)
-_FP16_SATFINITE = tl.constexpr(code_ptx.FP16_SATFINITE)
-_UNPACK_PTX = tl.constexpr(code_ptx.UNPACK_PTX)
-
-
 @triton.constexpr_function
 def fp16_satfinite_ptx() -> str:
     """s4kv.kernels.code_ptx.FP16_SATFINITE, for inline_asm_elementwise."""
-    return _FP16_SATFINITE.value
+    return code_ptx.FP16_SATFINITE
 
 
 @triton.jit
@@ -152,7 +144,7 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
 @triton.constexpr_function
 def unpack_asm(code: str, half: str) -> str:
     """s4kv.kernels.code_ptx.unpack_ptx(code, half), for inline_asm_elementwise."""
-    return _UNPACK_PTX.value[(code, half)]
+    return code_ptx.UNPACK_PTX[(code, half)]
 
 
 @triton.jit

@@ -27,7 +27,15 @@ import triton
 import triton.language as tl
 
 from s4kv import format as fmt
-from s4kv.kernels import dot_dtype, launch_options, layout, padded_group, rotation_operand, tl_dtype
+from s4kv.kernels import (
+    dot_dtype,
+    kernel_layout,
+    launch_options,
+    layout,
+    padded_group,
+    rotation_operand,
+    tl_dtype,
+)
 from s4kv.kernels.decode import LOG2E, rotate_query_row, rotated_queries
 from s4kv.kernels.quant import fp16_down, fp16_up, rotate_halves, safe_inverse, saturate, to_fp16_saturated
 from s4kv.kernels.window import load_window_rows, window_slots
@@ -87,7 +95,7 @@ def _quantize_rows_kernel(
     qs_ptr, stage_from,
     HKV: tl.constexpr, TILE: tl.constexpr, OP_DTYPE: tl.constexpr,
     INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, STAGE_QUERIES: tl.constexpr,
-    LAYOUT: tl.constexpr,  # s4kv.format.kernel_layout: the format's constants, read below
+    LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
 ):
     """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
     programs (n_tiles + r, kv head, 0) rotate decode row r's queries; with STAGE_QUERIES, programs
@@ -199,7 +207,7 @@ def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args, staged, stage_from,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            STAGE_QUERIES=stage is not None, LAYOUT=fmt.kernel_layout(d), **launch_options("rows", d, k.device))
+            STAGE_QUERIES=stage is not None, LAYOUT=kernel_layout(d), **launch_options("rows", d, k.device))
     return kc, vc, sc
 
 
@@ -385,7 +393,7 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
     _store_blocks_kernel[(row1 - row0, hkv, max_new_blocks)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), row0,
-        LAYOUT=fmt.kernel_layout(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
+        LAYOUT=kernel_layout(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
         **{**STORE_DEFAULTS, **launch_options("store", d, kc.device)},
     )
 
@@ -401,5 +409,5 @@ def append_window(rows, regions, md, tile: int = 16, first_row: int = 0) -> None
     _append_window_kernel[(num_rows, hkv, fmt.UNIT // tile)](
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), first_row,
-        LAYOUT=fmt.kernel_layout(d), HKV=hkv, TILE=tile,
+        LAYOUT=kernel_layout(d), HKV=hkv, TILE=tile,
     )

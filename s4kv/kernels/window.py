@@ -20,7 +20,7 @@ from s4kv.kernels import layout
 def window_slots(cache_ptr, bt_row_ptr, first_block, rows, head_offset, stride_cb, mask, LAYOUT: tl.constexpr):
     """(first byte of the kv head's region in each row's page, slot) of window rows `rows` ([n]
     int32); bt_row_ptr: the row's block table; head_offset: h * the cache's head stride; LAYOUT:
-    s4kv.format.kernel_layout. Rows outside `mask` point into the null page (block 0), never into
+    s4kv.kernels.kernel_layout. Rows outside `mask` point into the null page (block 0), never into
     another request's."""
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT_BLOCKS: tl.constexpr = layout(LAYOUT, "unit") // BS
