@@ -10,7 +10,8 @@
 #     test_peaky_queries_against_reference and be5a99d's cache keys have not run on a GPU.
 #     The decode page-loop probes need no vLLM and can run while the chunks are copied (CPU only):
 #       here: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
-#       first call: carry [".gpu/probes"] (alone: with a 44 MiB chunk the call failed to copy),
+#       first call: carry [".gpu/probes"] (on 2026-12-05 three calls answered "files could not be
+#       copied", with a 44 MiB chunk beside the probes and without, before loans paused),
 #       command: PASSES=2 setsid nohup bash .gpu/probes/run-probes.sh >/root/probe-launch.log 2>&1 &
 #       later: cat /root/probeout/table.txt (about 150 s per pass); start the tests after it is done
 #  2. issue 14's acceptance, all four dtypes in one run:
