@@ -547,7 +547,7 @@ PAGE_HEADS = 8
 # loop's, so they stay small; 64 rows unpipelined was the fastest of 32/64 rows x 1/2 stages with 1,
 # 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
 # spills on sm80-sm90 (tools/kernel_static.py). Fewer warps per program (fewer instructions per
-# page, fewer barriers) and the pages' score bounds as the running max were 1.6-150% slower on the
+# page, fewer barriers) and the pages' score bounds as the running max were 2-150% slower on the
 # H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128}

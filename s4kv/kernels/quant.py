@@ -82,26 +82,6 @@ def safe_inverse(s):
     return tl.where(s > 0, 1.0 / tl.where(s > 0, s, 1.0), 0.0)
 
 
-@triton.jit
-def rotation_tiles(r_ptr, HALF: tl.constexpr, TRANSPOSE: tl.constexpr):
-    """The four [HALF, HALF] tiles of R (or R^T) that rotate_halves multiplies by, loaded: a kernel
-    that wants them in flight early (before a loop, or before waiting on the kernel before it)
-    loads them here and hands them to apply_rotation later."""
-    i = tl.arange(0, HALF)
-    d = 2 * HALF
-    if TRANSPOSE:  # tile (a, b) of R^T is R[b, a]^T
-        r00 = tl.load(r_ptr + i[None, :] * d + i[:, None])
-        r01 = tl.load(r_ptr + (HALF + i[None, :]) * d + i[:, None])
-        r10 = tl.load(r_ptr + i[None, :] * d + HALF + i[:, None])
-        r11 = tl.load(r_ptr + (HALF + i[None, :]) * d + HALF + i[:, None])
-    else:
-        r00 = tl.load(r_ptr + i[:, None] * d + i[None, :])
-        r01 = tl.load(r_ptr + i[:, None] * d + HALF + i[None, :])
-        r10 = tl.load(r_ptr + (HALF + i[:, None]) * d + i[None, :])
-        r11 = tl.load(r_ptr + (HALF + i[:, None]) * d + HALF + i[None, :])
-    return r00, r01, r10, r11
-
-
 @triton.constexpr_function
 def dot_precision(op_dtype, tf32: bool) -> str:
     """tl.dot's input_precision for the rotations and the decode kernel's dots: fp32 operands are
@@ -116,19 +96,6 @@ def dot_precision(op_dtype, tf32: bool) -> str:
 
 
 @triton.jit
-def apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   TF32: tl.constexpr):
-    """x @ [[r00, r01], [r10, r11]] / sqrt(D) for x given as its two column halves (rotation_tiles).
-    TF32: fp32 operands as tf32 (dot_precision)."""
-    a = x_lo.to(OP_DTYPE)
-    b = x_hi.to(OP_DTYPE)
-    p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
-    y_lo = tl.dot(a, r00.to(OP_DTYPE), input_precision=p) + tl.dot(b, r10.to(OP_DTYPE), input_precision=p)
-    y_hi = tl.dot(a, r01.to(OP_DTYPE), input_precision=p) + tl.dot(b, r11.to(OP_DTYPE), input_precision=p)
-    return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
-
-
-@triton.jit
 def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
                   TRANSPOSE: tl.constexpr, TF32: tl.constexpr):
     """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D).
@@ -137,8 +104,24 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
     products are exact and only the fp32 accumulation rounds (with TF32, fp32 operands lose
     13 bits first: dot_precision). Returns fp32 halves.
     """
-    r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
-    return apply_rotation(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D, TF32)
+    i = tl.arange(0, HALF)
+    d = 2 * HALF
+    if TRANSPOSE:  # tile (a, b) of R^T is R[b, a]^T
+        r00 = tl.load(r_ptr + i[None, :] * d + i[:, None])
+        r01 = tl.load(r_ptr + (HALF + i[None, :]) * d + i[:, None])
+        r10 = tl.load(r_ptr + i[None, :] * d + HALF + i[:, None])
+        r11 = tl.load(r_ptr + (HALF + i[None, :]) * d + HALF + i[:, None])
+    else:
+        r00 = tl.load(r_ptr + i[:, None] * d + i[None, :])
+        r01 = tl.load(r_ptr + i[:, None] * d + HALF + i[None, :])
+        r10 = tl.load(r_ptr + (HALF + i[:, None]) * d + i[None, :])
+        r11 = tl.load(r_ptr + (HALF + i[:, None]) * d + HALF + i[None, :])
+    a = x_lo.to(OP_DTYPE)
+    b = x_hi.to(OP_DTYPE)
+    p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
+    y_lo = tl.dot(a, r00.to(OP_DTYPE), input_precision=p) + tl.dot(b, r10.to(OP_DTYPE), input_precision=p)
+    y_hi = tl.dot(a, r01.to(OP_DTYPE), input_precision=p) + tl.dot(b, r11.to(OP_DTYPE), input_precision=p)
+    return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
 
 
 @triton.constexpr_function
