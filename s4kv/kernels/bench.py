@@ -42,19 +42,28 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
     return 2 * a.numel() / (ms * 1e-3)
 
 
-def _graph_time(fn) -> float:
-    """Median ms of fn replayed from a CUDA graph."""
+def _graph_time(*fns) -> float:
+    """Median ms per call of fns, captured one after the other in one CUDA graph and replayed.
+
+    triton.testing.do_bench times each replay on its own, after zero-filling a 256 MB buffer (to
+    empty the L2), so every replay also pays the graph's launch and writes back the L2's dirty
+    lines of that buffer (H100: 50 MB) while its kernels read. A model's decode step pays its
+    graph's launch once for all layers, and its L2 holds the last kernels' lines, not 50 MB of
+    dirty ones: several layers' calls per graph (each on its own cache, so that none finds its
+    data in the L2) share those costs as the layers of a step do."""
     import triton.testing
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fn()
+        for fn in fns:
+            fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+        for fn in fns:
+            fn()
+    return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") / len(fns)
 
 
 def kernel_breakdown(fn, calls: int = 20) -> dict[str, float]:
@@ -129,10 +138,12 @@ def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int =
 
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
                dtype=torch.bfloat16, output: list | None = None, breakdown: bool = False,
-               flash: bool = True) -> dict:
+               flash: bool = True, layers: int = 1) -> dict:
     """One (context, batch) point; `output`, when given, receives the attention output (fp32);
     `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
-    FlashAttention on the same shape, when vLLM's is importable."""
+    FlashAttention on the same shape, when vLLM's is importable; `layers` > 1: also both per call
+    with `layers` calls in one graph, each layer on its own cache (row["layers_ms"],
+    row["flash_attn_bf16_layers_ms"]; _graph_time says why)."""
     from s4kv.kernels.decode import decode_attention
     from s4kv.kernels.store import append_window, quantize_rows
 
@@ -159,6 +170,11 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
         append_window(r, regions, md)
 
     ms = _graph_time(run)
+    if layers > 1:
+        caches = [regions] + [regions.clone() for _ in range(layers - 1)]
+        layers_ms = _graph_time(*(lambda c=c: decode_attention(q, rows, c, md, batch, scale, out, md.decode_splits)
+                                  for c in caches))
+        del caches
     if output is not None:
         output.append(out.clone())
     pages = fmt.pages_boundary(context - 1) // bs
@@ -167,6 +183,8 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
            "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3),
            "step_ms": _graph_time(step), "step_unfused_ms": _graph_time(step_unfused)}
+    if layers > 1:
+        row.update(layers=layers, layers_ms=layers_ms, layers_bandwidth=read / (layers_ms * 1e-3))
     if breakdown:
         row["kernels_ms"] = kernel_breakdown(run)
         row["step_kernels_ms"] = kernel_breakdown(step)
@@ -174,13 +192,17 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     if fa is not None:
         row["flash_attn_bf16_ms"] = fa
         row["flash_attn_bf16_bytes"] = batch * context * hkv * 2 * d * 2
+        if layers > 1:
+            row["flash_attn_bf16_layers_ms"] = _flash_ms(batch, 1, context, hq, hkv, d, dtype, graph=True,
+                                                         layers=layers)
     return row
 
 
-def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool) -> float | None:
+def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool, layers: int = 1) -> float | None:
     """bf16 paged attention through vLLM's FlashAttention (what `auto` runs; FA3 on Hopper): `batch`
     rows of `qlen` queries over `kv_len` keys each, causal, 16-token blocks (vLLM's default for
-    it), FlashAttention's own split heuristics; timed from a CUDA graph when `graph`."""
+    it), FlashAttention's own split heuristics; timed from a CUDA graph when `graph`, per call of
+    `layers` in one graph, each layer on its own cache."""
     import triton.testing
 
     try:
@@ -190,21 +212,22 @@ def _flash_ms(batch: int, qlen: int, kv_len: int, hq, hkv, d, dtype, graph: bool
         return None
     block = 16
     nb = batch * math.ceil(kv_len / block)
-    kc = torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda")
-    vc = torch.randn_like(kc)
+    kcs = [torch.randn(nb, block, hkv, d, dtype=dtype, device="cuda") for _ in range(layers)]
+    vcs = [torch.randn_like(kc) for kc in kcs]
     q = torch.randn(batch * qlen, hq, d, dtype=dtype, device="cuda")
     out = torch.empty_like(q)
     bt = torch.arange(nb, dtype=torch.int32, device="cuda").view(batch, -1)
     seq = torch.full((batch,), kv_len, dtype=torch.int32, device="cuda")
     cu_q = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * qlen
 
-    def run():
+    def run(kc=kcs[0], vc=vcs[0]):
         flash_attn_varlen_func(q=q, k=kc, v=vc, out=out, cu_seqlens_q=cu_q, max_seqlen_q=qlen, seqused_k=seq,
                                max_seqlen_k=kv_len, softmax_scale=d ** -0.5, causal=True, block_table=bt)
 
     try:
-        return _graph_time(run) if graph else triton.testing.do_bench(run, warmup=10, rep=100,
-                                                                       return_mode="median")
+        if graph:
+            return _graph_time(*(lambda kc=kc, vc=vc: run(kc, vc) for kc, vc in zip(kcs, vcs)))
+        return triton.testing.do_bench(run, warmup=10, rep=100, return_mode="median")
     except Exception as e:  # noqa: BLE001 - report, do not fail the int4 numbers
         print(f"flash-attn unavailable: {e!r}", file=sys.stderr)
         return None
@@ -294,21 +317,31 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=2048, help="queries per prefill chunk (default 2048)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also each decode kernel's own device time and the graph's time beside them")
+    ap.add_argument("--layers", type=int, default=8,
+                    help="also time the decode call and FlashAttention per call of this many layers' "
+                         "calls in one CUDA graph, each layer on its own cache, as a model's step runs "
+                         "them (default 8; 1: only the one-call graph)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     copy = copy_bandwidth()
     rows = []
     print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
     print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11} "
-          f"{'step us':>8} {'unfused':>8}")
+          f"{'step us':>8} {'unfused':>8}"
+          + (f" | {args.layers} layers per graph: {'us':>6} {'of copy':>8} {'FA bf16 us':>11}" if args.layers > 1 else ""))
     for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
-        r = bench_case(ctx, b, breakdown=args.breakdown)
+        r = bench_case(ctx, b, breakdown=args.breakdown, layers=args.layers)
         r["copy_bandwidth"] = copy
         r["fraction_of_copy"] = r["bandwidth"] / copy
+        if args.layers > 1:
+            r["layers_fraction_of_copy"] = r["layers_bandwidth"] / copy
         rows.append(r)
         fa = f"{r['flash_attn_bf16_ms'] * 1e3:11.1f}" if "flash_attn_bf16_ms" in r else f"{'n/a':>11}"
         print(f"{ctx:8d} {b:6d} {r['splits']:6d} {r['ms'] * 1e3:9.1f} {r['bandwidth'] / 1e9:8.0f} "
-              f"{r['fraction_of_copy']:8.1%} {fa} {r['step_ms'] * 1e3:8.1f} {r['step_unfused_ms'] * 1e3:8.1f}",
+              f"{r['fraction_of_copy']:8.1%} {fa} {r['step_ms'] * 1e3:8.1f} {r['step_unfused_ms'] * 1e3:8.1f}"
+              + (f" | {'':>20} {r['layers_ms'] * 1e3:6.1f} {r['layers_fraction_of_copy']:8.1%} "
+                 + (f"{r['flash_attn_bf16_layers_ms'] * 1e3:11.1f}" if r.get("flash_attn_bf16_layers_ms")
+                    else f"{'n/a':>11}") if args.layers > 1 else ""),
               flush=True)
         if args.breakdown:
             for total, parts in ((r["ms"], r["kernels_ms"]), (r["step_ms"], r["step_kernels_ms"])):
