@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, fourth session, after an H200 lease that timed
-# fewer warps per page program and PAGE_BOUND (none faster; PAGE_BOUND removed) and ran the GPU
-# kernel tests on bdcd5f5: 146 of 149 passed; an fp32 model's decode dots took tf32 operands, fixed
-# in 274df4b; docs/results/gpu-h200-2026-12-05-decode-configs/). The device then paused. In order:
-#  1. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 44`; the last chunk
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, fifth session: on an H100 the split reduction
+# merged into the page kernel was slower (docs/results/gpu-h100-2026-12-05-page-merge/, not kept) and
+# the page-loop probes showed the H100's page kernel memory-bound at 83% of copy; the device then
+# failed to start four times). In order:
+#  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
+#       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
+#                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
+#       command:    PASSES=2 setsid nohup bash docs/results/gpu-2026-12-05-layers-per-graph/run.sh >/root/l.log 2>&1 &
+#       later:      cat /root/layersout/table.txt (progress in /root/layersout/progress)
+#     It times the decode call per call of 8 layers in one graph beside the one-call graph
+#     (bench --layers 8: how much of the 7.5-13 us "beside them in the graph" is the benchmark's own
+#     graph launch and L2 flush) and, on an H200, the probes noconst and all3 (not yet timed there:
+#     on the H200 the page kernel is at 66% of its floor, on the H100 at 83%, so the H200 is where
+#     the loop's instructions can show). With the bundle installed first (step 1b) it adds
+#     FlashAttention the same way and the GPU kernel tests.
+#  1b. the vLLM 0.24.0 bundle (../shared/gpu/README.md; `make-bundle --chunk-mib 44`; the last chunk
 #     c7 is 0.1 MiB: carry it with c6 and the setup files and run `cp .gpu/c6 /root/stage/ && bash
 #     .gpu/setup-on-device.sh` in one call), then `bash tools/gpu/run-on-device.sh --detach tests`
 #     and `collect` (126 s on the H200 with a cold cache): the fp32 test after 274df4b,
 #     test_peaky_queries_against_reference and be5a99d's cache keys have not run on a GPU.
-#     The decode page-loop probes need no vLLM and can run while the chunks are copied (CPU only):
-#       here: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
-#       first call: carry [".gpu/probes"] (on 2026-12-05 three calls answered "files could not be
-#       copied", with a 44 MiB chunk beside the probes and without, before loans paused),
-#       command: PASSES=2 setsid nohup bash .gpu/probes/run-probes.sh >/root/probe-launch.log 2>&1 &
-#       later: cat /root/probeout/table.txt (about 150 s per pass); start the tests after it is done
 #  2. issue 14's acceptance, all four dtypes in one run:
 #     `KVS=int4_kivi,fp8,turboquant_4bit_nc bash tools/gpu/run-on-device.sh --detach kernels bench-speed` (bf16 comes
 #     with it; 1,070 s on 2026-12-01; auto, int4_kivi and fp8 alone took 598 s on 2026-12-05),
