@@ -6,7 +6,7 @@
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
-#       command:    PASSES=2 setsid nohup bash docs/results/gpu-2026-12-05-layers-per-graph/run.sh >/root/l.log 2>&1 &
+#       command:    PASSES=2 setsid nohup bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >/root/l.log 2>&1 &
 #       later:      cat /root/layersout/table.txt (progress in /root/layersout/progress)
 #     It times the decode call per call of 8 layers in one graph beside the one-call graph
 #     (bench --layers 8: how much of the 7.5-13 us "beside them in the graph" is the benchmark's own

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../../.."  # the repository root
 root=$PWD
 [ -f /root/s4kv-env.sh ] && source /root/s4kv-env.sh  # vLLM's FlashAttention, when the bundle is installed
 nvidia-smi -L >$OUT/gpu.txt
-python3 -c 'import torch, triton, vllm; print(torch.__version__, triton.__version__, vllm.__version__)' >>$OUT/gpu.txt 2>&1
+python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' >>$OUT/gpu.txt 2>&1
+python3 -c 'import vllm; print("vllm", vllm.__version__)' >>$OUT/gpu.txt 2>&1 || echo "no vLLM: no FlashAttention column" >>$OUT/gpu.txt
 for pass in $(seq 1 "${PASSES:-2}"); do
   for spec in cur=. noconst=.gpu/probes/noconst all3=.gpu/probes/all3; do
     name=${spec%%=*}; dir=$(cd "$root/${spec#*=}" && pwd)
