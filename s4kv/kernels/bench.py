@@ -143,7 +143,7 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
     FlashAttention on the same shape, when vLLM's is importable; `layers` > 1: also both per call
     with `layers` calls in one graph, each layer on its own cache (row["layers_ms"],
-    row["flash_attn_bf16_layers_ms"]; _graph_time says why)."""
+    row["layers_step_ms"], row["flash_attn_bf16_layers_ms"]; _graph_time says why)."""
     from s4kv.kernels.decode import decode_attention
     from s4kv.kernels.store import append_window, quantize_rows
 
@@ -156,13 +156,13 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     # is outside a 16-bit cache's)
     rows = quantize_rows(k, v)
 
-    def run():
-        decode_attention(q, rows, regions, md, batch, scale, out, md.decode_splits)
+    def run(cache=regions):
+        decode_attention(q, rows, cache, md, batch, scale, out, md.decode_splits)
 
-    def step():  # the layer's decode step as s4kv.backend.triton_ops runs it (no unit completes)
-        r = quantize_rows(k, v, decodes=(q, regions, md, scale))
-        decode_attention(q, r, regions, md, batch, scale, out, md.decode_splits, queries_rotated=True)
-        append_window(r, regions, md, first_row=md.num_decodes)  # nothing left: no launch
+    def step(cache=regions):  # the layer's decode step as s4kv.backend.triton_ops runs it (no unit completes)
+        r = quantize_rows(k, v, decodes=(q, cache, md, scale))
+        decode_attention(q, r, cache, md, batch, scale, out, md.decode_splits, queries_rotated=True)
+        append_window(r, cache, md, first_row=md.num_decodes)  # nothing left: no launch
 
     def step_unfused():  # the same before 2026-12-04 (fourth session): rotation and window append apart
         r = quantize_rows(k, v)
@@ -172,8 +172,8 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     ms = _graph_time(run)
     if layers > 1:
         caches = [regions] + [regions.clone() for _ in range(layers - 1)]
-        layers_ms = _graph_time(*(lambda c=c: decode_attention(q, rows, c, md, batch, scale, out, md.decode_splits)
-                                  for c in caches))
+        layers_ms = _graph_time(*(lambda c=c: run(c) for c in caches))
+        layers_step_ms = _graph_time(*(lambda c=c: step(c) for c in caches))
         del caches
     if output is not None:
         output.append(out.clone())
@@ -184,7 +184,8 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
            "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3),
            "step_ms": _graph_time(step), "step_unfused_ms": _graph_time(step_unfused)}
     if layers > 1:
-        row.update(layers=layers, layers_ms=layers_ms, layers_bandwidth=read / (layers_ms * 1e-3))
+        row.update(layers=layers, layers_ms=layers_ms, layers_bandwidth=read / (layers_ms * 1e-3),
+                   layers_step_ms=layers_step_ms)
     if breakdown:
         row["kernels_ms"] = kernel_breakdown(run)
         row["step_kernels_ms"] = kernel_breakdown(step)
@@ -328,7 +329,8 @@ def main(argv=None) -> int:
     print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
     print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11} "
           f"{'step us':>8} {'unfused':>8}"
-          + (f" | {args.layers} layers per graph: {'us':>6} {'of copy':>8} {'FA bf16 us':>11}" if args.layers > 1 else ""))
+          + (f" | {args.layers} layers per graph: {'us':>6} {'of copy':>8} {'FA bf16 us':>11} {'step us':>8}"
+             if args.layers > 1 else ""))
     for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
         r = bench_case(ctx, b, breakdown=args.breakdown, layers=args.layers)
         r["copy_bandwidth"] = copy
@@ -341,7 +343,7 @@ def main(argv=None) -> int:
               f"{r['fraction_of_copy']:8.1%} {fa} {r['step_ms'] * 1e3:8.1f} {r['step_unfused_ms'] * 1e3:8.1f}"
               + (f" | {'':>20} {r['layers_ms'] * 1e3:6.1f} {r['layers_fraction_of_copy']:8.1%} "
                  + (f"{r['flash_attn_bf16_layers_ms'] * 1e3:11.1f}" if r.get("flash_attn_bf16_layers_ms")
-                    else f"{'n/a':>11}") if args.layers > 1 else ""),
+                    else f"{'n/a':>11}") + f" {r['layers_step_ms'] * 1e3:8.1f}" if args.layers > 1 else ""),
               flush=True)
         if args.breakdown:
             for total, parts in ((r["ms"], r["kernels_ms"]), (r["step_ms"], r["step_kernels_ms"])):
