@@ -45,12 +45,13 @@ def copy_bandwidth(nbytes: int = 4 << 30) -> float:
 def _graph_time(*fns) -> float:
     """Median ms per call of fns, captured one after the other in one CUDA graph and replayed.
 
-    triton.testing.do_bench times each replay on its own, after zero-filling a 256 MB buffer (to
-    empty the L2), so every replay also pays the graph's launch and writes back the L2's dirty
-    lines of that buffer (H100: 50 MB) while its kernels read. A model's decode step pays its
-    graph's launch once for all layers, and its L2 holds the last kernels' lines, not 50 MB of
-    dirty ones: several layers' calls per graph (each on its own cache, so that none finds its
-    data in the L2) share those costs as the layers of a step do."""
+    triton.testing.do_bench times each replay on its own, right after zero-filling a 256 MB
+    buffer (to empty the L2), so every replay also pays the graph's launch and starts with an L2
+    full of that buffer's freshly written lines. A model's decode step pays its graph's launch
+    once for all layers and follows its own kernels: several layers' calls per graph (each on its
+    own cache, so that none finds another's data in the L2) share those costs as the layers of a
+    step do (H100, 8 calls per graph: about 10 us less per decode call than one call per graph,
+    docs/results/gpu-h100-2026-12-05-layers-per-graph/)."""
     import triton.testing
 
     s = torch.cuda.Stream()
