@@ -8,7 +8,7 @@
 #     8 layers in one graph (its earlier "no faster" was timed one call per graph, whose figures carry
 #     ~10 us of the benchmark's own; the H100 needs 0.8 / 1.3 us for 70% at 8k x 32 / 32k x 8):
 #       PASSES=2 setsid nohup bash docs/results/gpu-2026-12-05-pdl-layers/run.sh >/root/p.log 2>&1 &
-#       later: cat /root/pdlout/checks.txt /root/pdlout/table.txt
+#       later: cat /root/pdlout/table.txt (checks first, then each pass)
 #     On an H200 run step 1 in the same lease (the H200 has no per-layer figure yet).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
