@@ -225,6 +225,11 @@ LAUNCH_VARIANTS = {
     # the 7 query heads of a kv head over 2 reduction programs (4 + 3 heads); over 4 (2 + 2 + 2 + 1)
     "reduce-2-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 2}, ("decode-reduce", 128): {"HEAD_SPLITS": 2}},
     "reduce-4-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 4}, ("decode-reduce", 128): {"HEAD_SPLITS": 4}},
+    # the partials as tiles of 64 (partial, head) rows (one tile per row and kv head here) and of 16
+    # (2 partials per query head and tile: several tiles, the last one part-masked; 2 heads per program)
+    "reduce-64-part-rows": {("decode-reduce", 64): {"PART_ROWS": 64}, ("decode-reduce", 128): {"PART_ROWS": 64}},
+    "reduce-16-part-rows-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 16, "HEAD_SPLITS": 4},
+                                          ("decode-reduce", 128): {"PART_ROWS": 16, "HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
     # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined

@@ -390,10 +390,17 @@ def reduce_heads(group: int, head_splits: int) -> int:
     return 1 << (-(-group // head_splits) - 1).bit_length()
 
 
+@triton.constexpr_function
+def part_tile(part_rows: int, g_sub: int) -> int:
+    """Partials per query head that _reduce_kernel loads at once for PART_ROWS (a power of two)."""
+    return max(part_rows // g_sub, 1)
+
+
 @triton.jit(do_not_specialize=["parts"])
 def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_ptr, rot_ptr, parts,
                    GROUP: tl.constexpr, HALF: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   STAGES: tl.constexpr, HEAD_SPLITS: tl.constexpr, PDL: tl.constexpr):
+                   STAGES: tl.constexpr, HEAD_SPLITS: tl.constexpr, PART_ROWS: tl.constexpr,
+                   PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype.
     HEAD_SPLITS programs per (row, kv head), each for its share of the query heads (more programs
@@ -414,29 +421,49 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     g_ok = g < GROUP
     hq = h * GROUP + g
     base = (row * GROUP * (tl.num_programs(1) // HEAD_SPLITS) + hq) * parts  # [G_SUB]
-    # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do not
-    # depend on each other, so the software pipeline keeps several in flight (a first pass for the
-    # max and a second for the sums waited on one load after another)
     m_all = tl.full([G_SUB], -float("inf"), tl.float32)
     l_all = tl.zeros([G_SUB], tl.float32)
     rot_lo = tl.zeros([G_SUB, HALF], tl.float32)
     rot_hi = tl.zeros([G_SUB, HALF], tl.float32)
-    for s in tl.range(0, parts, num_stages=STAGES):
-        m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
-        ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
-        o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
-        o_lo = tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)
-        o_hi = tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-        m_new = tl.maximum(m_all, m)
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        w_old = tl.exp2(m_all - m_safe)
-        w = tl.exp2(m - m_safe)  # 0 for an empty split (m = -inf)
-        l_all = l_all * w_old + w * ln
-        rot_lo = rot_lo * w_old[:, None] + w[:, None] * o_lo
-        rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
-        m_all = m_new
-    # back to the original basis (fp32 operands as tf32 on tensor cores: 2e-4 of the output under the
-    # interpreter with tf32 rounding emulated; nothing is quantized after it)
+    if PART_ROWS == 0:
+        # one pass, merging split after split (log-sum-exp with a running max); the splits' loads do
+        # not depend on each other, so the software pipeline keeps several in flight (a first pass
+        # for the max and a second for the sums waited on one load after another)
+        for s in tl.range(0, parts, num_stages=STAGES):
+            m = tl.load(part_ml_ptr + (base + s) * 2, mask=g_ok, other=-float("inf"))
+            ln = tl.load(part_ml_ptr + (base + s) * 2 + 1, mask=g_ok, other=0.0)
+            o = part_o_ptr + (base + s)[:, None] * (2 * HALF)
+            o_lo = tl.load(o + c[None, :], mask=g_ok[:, None], other=0.0)
+            o_hi = tl.load(o + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+            m_new = tl.maximum(m_all, m)
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            w_old = tl.exp2(m_all - m_safe)
+            w = tl.exp2(m - m_safe)  # 0 for an empty split (m = -inf)
+            l_all = l_all * w_old + w * ln
+            rot_lo = rot_lo * w_old[:, None] + w[:, None] * o_lo
+            rot_hi = rot_hi * w_old[:, None] + w[:, None] * o_hi
+            m_all = m_new
+    else:
+        # PART_ROWS (partial, head) rows at once: a row's partials (usually all of them) in one
+        # round trip to memory instead of one after another, merged as a tile
+        P: tl.constexpr = part_tile(PART_ROWS, G_SUB)
+        sp = tl.arange(0, P)
+        for s0 in tl.range(0, parts, P):
+            idx = base[None, :] + s0 + sp[:, None]  # [P, G_SUB]
+            ok = ((s0 + sp) < parts)[:, None] & g_ok[None, :]
+            m = tl.load(part_ml_ptr + idx * 2, mask=ok, other=-float("inf"))
+            ln = tl.load(part_ml_ptr + idx * 2 + 1, mask=ok, other=0.0)
+            o = part_o_ptr + idx[:, :, None] * (2 * HALF) + c[None, None, :]
+            o_lo = tl.load(o, mask=ok[:, :, None], other=0.0)
+            o_hi = tl.load(o + HALF, mask=ok[:, :, None], other=0.0)
+            m_new = tl.maximum(m_all, tl.max(m, axis=0))
+            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+            w_old = tl.exp2(m_all - m_safe)
+            w = tl.exp2(m - m_safe[None, :])  # 0 for an empty split or a row past `parts`
+            l_all = l_all * w_old + tl.sum(w * ln, axis=0)
+            rot_lo = rot_lo * w_old[:, None] + tl.sum(w[:, :, None] * o_lo, axis=0)
+            rot_hi = rot_hi * w_old[:, None] + tl.sum(w[:, :, None] * o_hi, axis=0)
+            m_all = m_new
     if not PDL:  # loaded after the partials: before them they were 0.5-0.7 us slower (H100, 2026-12-05)
         r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
     out_lo, out_hi = rotate_with_tiles(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D, True)
@@ -541,11 +568,13 @@ class DecodeWorkspace:
 
 
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
-# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. HEAD_SPLITS
+# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. PART_ROWS (a
+# power of two, 0 = off): instead of that loop, (partial, query head) rows loaded at once as one tile,
+# so a row's partials arrive in one round trip to memory (not yet timed on a GPU). HEAD_SPLITS
 # (see _reduce_kernel) follows the batch (reduce_head_splits, planned into md.reduce_head_splits)
 # unless a launch option sets it. (The rotation's tiles loaded before the partials, an option from
 # 2026-12-05, was 0.5-0.7 us slower at every measured point on the H100 and is gone.)
-REDUCE_DEFAULTS = {"STAGES": 3, "num_warps": 4}
+REDUCE_DEFAULTS = {"STAGES": 3, "PART_ROWS": 0, "num_warps": 4}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
