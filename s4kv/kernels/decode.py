@@ -449,20 +449,20 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
         P: tl.constexpr = part_tile(PART_ROWS, G_SUB)
         sp = tl.arange(0, P)
         for s0 in tl.range(0, parts, P):
-            idx = base[None, :] + s0 + sp[:, None]  # [P, G_SUB]
-            ok = ((s0 + sp) < parts)[:, None] & g_ok[None, :]
+            idx = base[:, None] + s0 + sp[None, :]  # [G_SUB, P]
+            ok = ((s0 + sp) < parts)[None, :] & g_ok[:, None]
             m = tl.load(part_ml_ptr + idx * 2, mask=ok, other=-float("inf"))
             ln = tl.load(part_ml_ptr + idx * 2 + 1, mask=ok, other=0.0)
             o = part_o_ptr + idx[:, :, None] * (2 * HALF) + c[None, None, :]
             o_lo = tl.load(o, mask=ok[:, :, None], other=0.0)
             o_hi = tl.load(o + HALF, mask=ok[:, :, None], other=0.0)
-            m_new = tl.maximum(m_all, tl.max(m, axis=0))
+            m_new = tl.maximum(m_all, tl.max(m, axis=1))
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             w_old = tl.exp2(m_all - m_safe)
-            w = tl.exp2(m - m_safe[None, :])  # 0 for an empty split or a row past `parts`
-            l_all = l_all * w_old + tl.sum(w * ln, axis=0)
-            rot_lo = rot_lo * w_old[:, None] + tl.sum(w[:, :, None] * o_lo, axis=0)
-            rot_hi = rot_hi * w_old[:, None] + tl.sum(w[:, :, None] * o_hi, axis=0)
+            w = tl.exp2(m - m_safe[:, None])  # 0 for an empty split or a row past `parts`
+            l_all = l_all * w_old + tl.sum(w * ln, axis=1)
+            rot_lo = rot_lo * w_old[:, None] + tl.sum(w[:, :, None] * o_lo, axis=1)
+            rot_hi = rot_hi * w_old[:, None] + tl.sum(w[:, :, None] * o_hi, axis=1)
             m_all = m_new
     if not PDL:  # loaded after the partials: before them they were 0.5-0.7 us slower (H100, 2026-12-05)
         r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
