@@ -6,8 +6,9 @@
 #         rotation's tiles before it waits for the page kernel)
 #   pr32, pr64  the reduction's partials loaded as one tile of 32 / 64 (partial, head) rows
 #   pdl-pr32    both
-# each first checked against the reference on the bench's inputs (tools/gpu/decode_configs.sh), two
-# passes; on an H200 then the page-loop probes noconst and all3 per layer beside this tree
+# at 8k x 32 and 32k x 8 (the points; POINTS overrides), each first checked against the
+# reference on the bench's inputs (tools/gpu/decode_configs.sh), two
+# passes; on an H200 then the page-loop probes noconst and all3 per layer beside this tree (one pass)
 # (../gpu-h100-2026-12-05-layers-per-graph/run.sh, which also runs the GPU kernel tests when the
 # vLLM bundle is installed by then). Detached; progress in /root/r14/progress, tables in /root/r14/.
 set -u
@@ -19,10 +20,10 @@ git log --oneline -1 >>$R/versions.txt 2>/dev/null
 red() { echo "[{\"kernel\":\"decode-reduce\",\"head_size\":128,\"options\":{\"PART_ROWS\":$1}}"; }
 PDL='{"kernel":"decode-grid","head_size":0,"options":{"pdl":true}}'
 CONFIGS="cur=[] pdl=[$PDL] pr32=$(red 32)] pr64=$(red 64)] pdl-pr32=$(red 32),$PDL]" PASSES=${PASSES:-2} \
-  OUT=$R POINTS="8192,32768,1024 32,8,64" bash tools/gpu/decode_configs.sh >$R/configs.txt 2>&1
+  OUT=$R POINTS="${POINTS:-8192,32768 32,8}" bash tools/gpu/decode_configs.sh >$R/configs.txt 2>&1
 echo configs >>$R/progress
 if nvidia-smi -L | grep -q H200; then
-  PASSES=${PASSES:-2} bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >$R/layers.log 2>&1
+  PASSES=${PROBE_PASSES:-1} bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >$R/layers.log 2>&1
   cp /root/layersout/table.txt $R/layers-table.txt
 fi
 echo done >>$R/progress
