@@ -4,7 +4,7 @@
 #   cur   the shipped launch (stream order, the reduction's pipelined loop over the partials)
 #   pdl   programmatic dependent launch ({"decode-grid": {"pdl": true}}; the reduction loads the
 #         rotation's tiles before it waits for the page kernel)
-#   pr32, pr64  the reduction's partials loaded as one tile of 32 / 64 (partial, head) rows
+#   pr32  the reduction's partials loaded as one tile of 32 (partial, head) rows
 #   pdl-pr32    both
 # at 8k x 32 and 32k x 8 (the points; POINTS overrides), each first checked against the
 # reference on the bench's inputs (tools/gpu/decode_configs.sh), two
@@ -19,7 +19,7 @@ nvidia-smi -L >>$R/versions.txt
 git log --oneline -1 >>$R/versions.txt 2>/dev/null
 red() { echo "[{\"kernel\":\"decode-reduce\",\"head_size\":128,\"options\":{\"PART_ROWS\":$1}}"; }
 PDL='{"kernel":"decode-grid","head_size":0,"options":{"pdl":true}}'
-CONFIGS="cur=[] pdl=[$PDL] pr32=$(red 32)] pr64=$(red 64)] pdl-pr32=$(red 32),$PDL]" PASSES=${PASSES:-2} \
+CONFIGS="cur=[] pdl=[$PDL] pr32=$(red 32)] pdl-pr32=$(red 32),$PDL]" PASSES=${PASSES:-2} \
   OUT=$R POINTS="${POINTS:-8192,32768 32,8}" bash tools/gpu/decode_configs.sh >$R/configs.txt 2>&1
 echo configs >>$R/progress
 if nvidia-smi -L | grep -q H200; then
