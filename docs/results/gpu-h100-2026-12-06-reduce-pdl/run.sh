@@ -18,8 +18,10 @@ python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)' 
 nvidia-smi -L >>$R/versions.txt
 git log --oneline -1 >>$R/versions.txt 2>/dev/null
 red() { echo "[{\"kernel\":\"decode-reduce\",\"head_size\":128,\"options\":{\"PART_ROWS\":$1}}"; }
+# stream order spelled out: since this run programmatic dependent launch is the default on sm90
+SO='{"kernel":"decode-grid","head_size":0,"options":{"pdl":false}}'
 PDL='{"kernel":"decode-grid","head_size":0,"options":{"pdl":true}}'
-CONFIGS="cur=[] pdl=[$PDL] pr32=$(red 32)] pdl-pr32=$(red 32),$PDL]" PASSES=${PASSES:-2} \
+CONFIGS="cur=[$SO] pdl=[$PDL] pr32=$(red 32),$SO] pdl-pr32=$(red 32),$PDL]" PASSES=${PASSES:-2} \
   OUT=$R POINTS="${POINTS:-8192,32768 32,8}" bash tools/gpu/decode_configs.sh >$R/configs.txt 2>&1
 echo configs >>$R/progress
 if nvidia-smi -L | grep -q H200; then
