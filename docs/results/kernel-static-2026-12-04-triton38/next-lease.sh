@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-05, fifth session: on an H100 the split reduction
-# merged into the page kernel was slower (docs/results/gpu-h100-2026-12-05-page-merge/, not kept) and
-# the page-loop probes showed the H100's page kernel memory-bound at 83% of copy; per call of 8
-# layers in one graph the decode call reads at 69.2% / 68.7% of the H100's copy bandwidth; six of
-# nine machine starts failed). In order:
-#  0. (about 4 min, no vLLM, no carry) programmatic dependent launch against stream order, per call of
-#     8 layers in one graph (its earlier "no faster" was timed one call per graph, whose figures carry
-#     ~10 us of the benchmark's own; the H100 needs 0.8 / 1.3 us for 70% at 8k x 32 / 32k x 8):
-#       PASSES=2 setsid nohup bash docs/results/gpu-2026-12-05-pdl-layers/run.sh >/root/p.log 2>&1 &
-#       later: cat /root/pdlout/table.txt (checks first, then each pass)
-#     On an H200 run step 1 in the same lease (the H200 has no per-layer figure yet).
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06: on an H100 programmatic dependent launch took
+# the decode call per layer of an 8-layer graph to 71.5% / 70.1% of copy and is the default on sm90+
+# since 36cc64f (docs/results/gpu-h100-2026-12-06-reduce-pdl/); the GPU suite passed but for the
+# peaky-query test (bf16 rounding of q * s, explained there); 7 of 9 machine starts failed). In order:
+#  0. issue 14's end-to-end acceptance with the new default, all four dtypes in one run (step 2
+#     below, ~1,070 s: needs the bundle first, step 1b). On an H200 first the per-layer figures
+#     (step 1, with run.sh's `cur` now the default, so programmatic launch; {"pdl": false} through
+#     tools/gpu/decode_configs.sh for stream order beside it:
+#       CONFIGS='pdl=[] so=[{"kernel":"decode-grid","head_size":0,"options":{"pdl":false}}]' \
+#         PASSES=2 OUT=/root/so bash tools/gpu/decode_configs.sh >/root/so.txt 2>&1 &
+#     about 3 min) and the probes.
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
