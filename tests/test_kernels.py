@@ -212,7 +212,8 @@ def _set_launch(monkeypatch, entries):
 _HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 # The launch options tools/gpu/tune_kernels.py sweeps, each away from the default (a tuned
 # S4KV_KERNEL_CONFIG may pick any of them): register caps with more programs per SM, the window's
-# tiles, the reduction's pipeline, warps and programs per kv head, programmatic dependent launch (sm90+ only).
+# tiles, the reduction's pipeline, warps, programs per kv head and partial tiles, programmatic dependent
+# launch (sm90+ only, where it is the default) and stream order.
 LAUNCH_VARIANTS = {
     "maxnreg96-5-per-sm": {("decode", 64): {"maxnreg": 96}, ("decode", 128): {"maxnreg": 96},
                            ("decode-grid", 0): {"programs_per_sm": 5}},
@@ -231,6 +232,8 @@ LAUNCH_VARIANTS = {
     "reduce-16-part-rows-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 16, "HEAD_SPLITS": 4},
                                           ("decode-reduce", 128): {"PART_ROWS": 16, "HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
+    # stream order, the launch off sm90 and the option that turns programmatic launch off on sm90+
+    "stream-order": {("decode-grid", 0): {"pdl": False}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
     # 2026-12-04), as 3 x 44 (32-row tiles: a full tile and a part) and as 4 x 33 pipelined
     "one-window-program-32-rows": {("decode-grid", 0): {"window_splits": 1},

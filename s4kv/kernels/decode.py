@@ -466,6 +466,8 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
             m_all = m_new
     if not PDL:  # loaded after the partials: before them they were 0.5-0.7 us slower (H100, 2026-12-05)
         r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
+    # back to the original basis (fp32 operands as tf32 on tensor cores: 2e-4 of the output under the
+    # interpreter with tf32 rounding emulated; nothing is quantized after it)
     out_lo, out_hi = rotate_with_tiles(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D, True)
     dst = out_ptr + q_start * stride_ot + hq[:, None] * stride_oh
     tl.store(dst + c[None, :], (out_lo / l_all[:, None]).to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -570,7 +572,8 @@ class DecodeWorkspace:
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
 # (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. PART_ROWS (a
 # power of two, 0 = off): instead of that loop, (partial, query head) rows loaded at once as one tile,
-# so a row's partials arrive in one round trip to memory (not yet timed on a GPU). HEAD_SPLITS
+# so a row's partials arrive in one round trip to memory (32 with programmatic launch: -1.0 us per
+# decode call at 8k x 32, +0.3 at 32k x 8 on the H100, 2026-12-06, so off). HEAD_SPLITS
 # (see _reduce_kernel) follows the batch (reduce_head_splits, planned into md.reduce_head_splits)
 # unless a launch option sets it. (The rotation's tiles loaded before the partials, an option from
 # 2026-12-05, was 0.5-0.7 us slower at every measured point on the H100 and is gone.)
