@@ -25,7 +25,9 @@ CONFIGS="cur=[$SO] pdl=[$PDL] pr32=$(red 32),$SO] pdl-pr32=$(red 32),$PDL]" PASS
   OUT=$R POINTS="${POINTS:-8192,32768 32,8}" bash tools/gpu/decode_configs.sh >$R/configs.txt 2>&1
 echo configs >>$R/progress
 if nvidia-smi -L | grep -q H200; then
-  PASSES=${PROBE_PASSES:-1} bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >$R/layers.log 2>&1
+  echo "[$SO]" >$R/stream-order.json  # the probes' trees launch in stream order: so does this tree there
+  BENCH_CONFIG=$R/stream-order.json PASSES=${PROBE_PASSES:-1} \
+    bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >$R/layers.log 2>&1
   cp /root/layersout/table.txt $R/layers-table.txt
 fi
 echo done >>$R/progress

@@ -5,15 +5,17 @@
 # peaky-query test (bf16 rounding of q * s, explained there); 7 of 9 machine starts failed). In order:
 #  0. issue 14's end-to-end acceptance with the new default, all four dtypes in one run (step 2
 #     below, ~1,070 s: needs the bundle first, step 1b). On an H200 first the per-layer figures
-#     (step 1, with run.sh's `cur` now the default, so programmatic launch; {"pdl": false} through
-#     tools/gpu/decode_configs.sh for stream order beside it:
+#     with programmatic launch (the default) and stream order beside it, through
+#     tools/gpu/decode_configs.sh:
 #       CONFIGS='pdl=[] so=[{"kernel":"decode-grid","head_size":0,"options":{"pdl":false}}]' \
 #         PASSES=2 OUT=/root/so bash tools/gpu/decode_configs.sh >/root/so.txt 2>&1 &
-#     about 3 min) and the probes.
+#     (about 3 min), then the probes (step 1, all in stream order).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
-#       command:    PASSES=2 setsid nohup bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >/root/l.log 2>&1 &
+#       command:    echo '[{"kernel":"decode-grid","head_size":0,"options":{"pdl":false}}]' >/root/so.json
+#                   BENCH_CONFIG=/root/so.json PASSES=2 setsid nohup bash docs/results/gpu-h100-2026-12-05-layers-per-graph/run.sh >/root/l.log 2>&1 &
+#                   (stream order for every tree: the probes' older trees have no programmatic launch)
 #       later:      cat /root/layersout/table.txt (progress in /root/layersout/progress)
 #     It times the decode call per call of 8 layers in one graph beside the one-call graph
 #     (bench --layers 8: how much of the 7.5-13 us "beside them in the graph" is the benchmark's own
