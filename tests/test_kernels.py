@@ -242,6 +242,8 @@ LAUNCH_VARIANTS = {
                                 ("decode", 64): {"TAIL_SUB": 32}, ("decode", 128): {"TAIL_SUB": 32}},
     "window-4-splits-2-stages": {("decode-grid", 0): {"window_splits": 4},
                                  ("decode", 64): {"TAIL_STAGES": 2}, ("decode", 128): {"TAIL_STAGES": 2}},
+    # fp16 dot operands for a bf16 model (s4kv.kernels.decode.page_operand_dtype)
+    "fp16-operands": {("decode-grid", 0): {"fp16_operands": True}},
 }
 
 
@@ -255,17 +257,41 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("operands", ["model", "fp16"])
 @pytest.mark.parametrize("q_scale", [1, 8, 16])
-def test_peaky_queries_against_reference(q_scale):
+def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     """Queries 1x, 8x and 16x larger: scores spread over hundreds of log2 units, so that most pages'
     p underflow beside the row's maximum and a page's first (exact) key may hold its max. (It was
-    written for the pages' score bounds as the running max, an option removed on 2026-12-05: slower
-    on the H200, and 1.1e-2 / 1.9e-2 from the reference at 8x / 16x with bf16 operands there.)"""
+    written for the pages' score bounds as the running max, an option removed on 2026-12-05.)
+    With the model's bf16 operands the GPU fails it at 8x and 16x (1.12e-2 / 1.90e-2, H100,
+    2026-12-06: bf16 q * s per page and channel, docs/results/cpu-2026-12-06-peaky-emulation/,
+    whose emulation of those roundings gives 1.11e-2 / 1.89e-2); fp16 operands
+    (s4kv.kernels.decode.page_operand_dtype) are emulated at 9.6e-4 / 6.6e-4. The interpreter
+    multiplies the model's bf16 operands as fp32, but rounds fp16 operands as a GPU does."""
+    if operands == "fp16":
+        _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
     e = _engine(7, 1, 64, torch.bfloat16, num_blocks=16)
     e.add("a", 5 * BS + 3)
     e.reqs["a"]["q"] *= q_scale
     e.step([("a", 5 * BS + 2)])
     check(e, e.step([("a", 1)]), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fp16_operands_do_not_overflow(dtype, monkeypatch):
+    """Queries 300x and keys 3000x larger, so that q * s (the query times a page's key scale, the
+    page loop's dot operand) passes fp16's 65504 by ~3x: fp16 operands (an fp16 model's, and a bf16
+    model's with fp16_operands) take the query per head divided by a power of two
+    (s4kv.kernels.decode.fp16_query_scale) and multiply the scores back; without that the operands
+    overflow to inf and the row is NaN. The scores are ~1e6 log2 units apart: one key takes all."""
+    if dtype == torch.bfloat16:
+        _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
+    e = _engine(7, 1, 64, dtype, num_blocks=16)
+    e.add("a", 5 * BS + 3)
+    e.reqs["a"]["q"] *= 300
+    e.reqs["a"]["k"] *= 3000
+    e.step([("a", 5 * BS + 2)])
+    check(e, e.step([("a", 1)]), TOL[dtype])
 
 
 def test_reduction_programs_follow_the_batch_shape():

@@ -63,6 +63,24 @@ def code_bias(code_dtype) -> float:
     return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
+# The largest key scale the format stores: keys saturate at fp16's largest value
+# (s4kv.format._saturate), so a channel's (max - min) / 15 is at most 2 * 65504 / 15, rounded up to fp16
+K_SCALE_BOUND = float(fmt.fp16_up(torch.tensor(2 * fmt.FP16_MAX / fmt.CODE_LEVELS)))
+_FP16_QUERY_BOUND = tl.constexpr(K_SCALE_BOUND / 2**15)  # fp16_query_scale: |q| * this <= 2^e
+
+
+@triton.jit
+def fp16_query_scale(q_lo, q_hi):
+    """Per query head [G], the power of two 2^e (e >= 0) that fp16 dot operands divide the query by
+    (bf16 operands have fp32's range and need none): then no q * s (s any key scale the format
+    stores) and no query element exceeds 2^15, half of fp16's 65504. The scores are multiplied back
+    (exact: powers of two); only products under 2^-14 * 2^e (fp16's smallest normal) lose digits,
+    too small for a score of that query to see. log2 is approximate: just above a power of two it
+    may give an e one lower, which leaves a product a hair above 2^15, still far under 65504."""
+    qmax = tl.maximum(tl.max(tl.abs(q_lo), axis=1), tl.max(tl.abs(q_hi), axis=1))
+    return tl.exp2(tl.maximum(tl.ceil(tl.log2(qmax * _FP16_QUERY_BOUND)), 0.0))
+
+
 @triton.jit
 def rotate_query_row(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr, scale, row, h, hkv,
                      GROUP: tl.constexpr, G_PAD: tl.constexpr, HALF: tl.constexpr,
@@ -174,6 +192,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     g_ok = g < heads
     q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
     q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
+        q_pow2 = fp16_query_scale(q_lo, q_hi)
+        q_lo = q_lo / q_pow2[:, None]
+        q_hi = q_hi / q_pow2[:, None]
     m_i = tl.full([G], -float("inf"), tl.float32)
     l_tile = tl.zeros([SUB, G], tl.float32)
     ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
@@ -191,6 +213,9 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
             FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
+        if DOT_DTYPE == tl.float16:
+            s_const = s_const * q_pow2
+            s_first = s_first * q_pow2
         vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
@@ -198,7 +223,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
             s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
-            s += s_const[None, :]
+            if DOT_DTYPE == tl.float16:
+                s = s * q_pow2[None, :] + s_const[None, :]
+            else:
+                s += s_const[None, :]
             m_tile = tl.max(s, axis=0)
             if sub == 0:  # the block's first token: its exact key's score
                 s = tl.where(ts[:, None] == 0, -float("inf"), s)
@@ -322,8 +350,13 @@ def _decode_kernel(
             qrow = qr_ptr + (row * (GROUP * hkv) + hq[:, None]) * (2 * HALF)
             q_lo = tl.load(qrow + c[None, :], mask=g_ok[:, None], other=0.0)
             q_hi = tl.load(qrow + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-            qd_lo = q_lo.to(DOT_DTYPE)
-            qd_hi = q_hi.to(DOT_DTYPE)
+            if DOT_DTYPE == tl.float16:  # the window's dots in units of w_pow2 (fp16_query_scale)
+                w_pow2 = fp16_query_scale(q_lo, q_hi)
+                qd_lo = (q_lo / w_pow2[:, None]).to(DOT_DTYPE)
+                qd_hi = (q_hi / w_pow2[:, None]).to(DOT_DTYPE)
+            else:
+                qd_lo = q_lo.to(DOT_DTYPE)
+                qd_hi = q_hi.to(DOT_DTYPE)
             tail = p - n_pages * BS  # window rows before p (-1: the unit just completed)
             w = split - splits
             per_program = tl.cdiv(tl.maximum(tail, 0), WINDOW_SPLITS)  # window rows
@@ -342,6 +375,8 @@ def _decode_kernel(
                 ks = tl.load((base + W_K_SCALE).to(tl.pointer_type(tl.float16)) + slot, mask=in_tail, other=0.0)
                 s = tl.dot(qd_lo, tl.trans(ck_lo), input_precision=EXACT)
                 s = tl.dot(qd_hi, tl.trans(ck_hi), s, input_precision=EXACT)  # [G_PAD, TAIL_SUB]
+                if DOT_DTYPE == tl.float16:
+                    s = s * w_pow2[:, None]
                 s = tl.where(in_tail[None, :], s * ks.to(tl.float32)[None, :], -float("inf"))
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
                 m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -609,6 +644,19 @@ def programmatic_launch(device) -> bool:
     return (capability_major(device) or 0) >= 9
 
 
+def page_operand_dtype(model_dtype: torch.dtype) -> torch.dtype:
+    """The 16-bit dtype of the decode kernel's dot operands (q * s and p * s, the codes): the model's,
+    or fp16 for a bf16 model where launch_options("decode-grid", 0) has {"fp16_operands": true}.
+    bf16 rounds q * s to 8 bits once per page and channel, which grows with the scores: queries 8x
+    and 16x larger put a bf16 decode row 1.1e-2 / 1.9e-2 from the reference on the H100 (2026-12-06),
+    and the same roundings emulated on the CPU give 1.11e-2 / 1.89e-2, against 9.6e-4 / 6.6e-4 with
+    fp16 operands (docs/results/cpu-2026-12-06-peaky-emulation/). fp16 scales the query per head so
+    that nothing overflows (fp16_query_scale). Off until a GPU has timed it."""
+    if model_dtype == torch.bfloat16 and launch_options("decode-grid", 0).get("fp16_operands", False):
+        return torch.float16
+    return model_dtype
+
+
 def _workspace(q: torch.Tensor, num_decodes: int, splits: int):
     """DecodeWorkspace's (partial outputs, partial (max, sum), rotated queries) for num_decodes rows of
     `splits` page partials and window_splits() window partials each: one lookup rule for
@@ -643,6 +691,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
+    operands = page_operand_dtype(q.dtype)
     if not queries_rotated:
         _rotate_queries_kernel[(num_decodes, hkv)](
             q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
@@ -656,8 +705,8 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0),
             part_o, part_ml, splits,
             GROUP=group, G_PAGES=PAGE_HEADS, LAYOUT=kernel_layout(d),
-            CODE_DTYPE=tl_dtype(q.dtype), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
-            DOT_DTYPE=dot_dtype(q.dtype), HKV=hkv,
+            CODE_DTYPE=tl_dtype(operands), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
+            DOT_DTYPE=dot_dtype(operands), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
