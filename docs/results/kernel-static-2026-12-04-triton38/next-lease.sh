@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06: on an H100 programmatic dependent launch took
-# the decode call per layer of an 8-layer graph to 71.5% / 70.1% of copy and is the default on sm90+
-# since 36cc64f (docs/results/gpu-h100-2026-12-06-reduce-pdl/); the GPU suite passed but for the
-# peaky-query test (bf16 rounding of q * s, explained there); 7 of 9 machine starts failed). In order:
-#  0. issue 14's end-to-end acceptance with the new default, all four dtypes in one run (step 2
-#     below, ~1,070 s: needs the bundle first, step 1b). On an H200 first the per-layer figures
-#     with programmatic launch (the default) and stream order beside it, through
-#     tools/gpu/decode_configs.sh:
-#       CONFIGS='pdl=[] so=[{"kernel":"decode-grid","head_size":0,"options":{"pdl":false}}]' \
-#         PASSES=2 OUT=/root/so bash tools/gpu/decode_configs.sh >/root/so.txt 2>&1 &
-#     (about 3 min), then the probes (step 1, all in stream order).
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, second session: issue 14 end to end on an H100 with
+# programmatic launch the default gave 1.13x / 1.43x / 1.43x / 3.76x bf16, 32k x 8 short of 1.5x by
+# 0.07x, docs/results/gpu-h100-2026-12-06-e2e-pdl/; fp16 dot operands for bf16 models are now an
+# option, off, emulated 12-29x closer to the reference on the peaky test,
+# docs/results/cpu-2026-12-06-peaky-emulation/). In order:
+#  0. one call, no vLLM needed (about 4 min): the fp16 operands and the tuner's reduction per layer
+#     beside the shipped launch, each checked against the reference first:
+#       CONFIGS='cur=[] fp16ops=[{"kernel":"decode-grid","head_size":0,"options":{"fp16_operands":true}}] pr64=[{"kernel":"decode-reduce","head_size":128,"options":{"PART_ROWS":64,"HEAD_SPLITS":1}}]' \
+#         PASSES=2 POINTS="8192,32768,1024 32,8,64" OUT=$OUT bash tools/gpu/decode_configs.sh
+#     Ship what is not slower (fp16 operands as the bf16 default fixes the peaky test's GPU failures).
+#     Then the bundle (step 1b) and `run-on-device.sh tests` (the peaky test's fp16 cases, the
+#     fp16-operands launch variant, test_fp16_operands_do_not_overflow have not run on a GPU).
+#     On an H200: issue 14's end to end (step 2; the targets are set there; not measured with
+#     programmatic launch) before anything else.
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
