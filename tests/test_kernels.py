@@ -229,6 +229,9 @@ LAUNCH_VARIANTS = {
     # the partials as tiles of 64 (partial, head) rows (one tile per row and kv head here) and of 16
     # (2 partials per query head and tile: several tiles, the last one part-masked; 2 heads per program)
     "reduce-64-part-rows": {("decode-reduce", 64): {"PART_ROWS": 64}, ("decode-reduce", 128): {"PART_ROWS": 64}},
+    # the tuner's pick on the H100 (2026-12-06): one program per (row, kv head) at every batch shape
+    "reduce-64-part-rows-1-head-split": {("decode-reduce", 64): {"PART_ROWS": 64, "HEAD_SPLITS": 1},
+                                         ("decode-reduce", 128): {"PART_ROWS": 64, "HEAD_SPLITS": 1}},
     "reduce-16-part-rows-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 16, "HEAD_SPLITS": 4},
                                           ("decode-reduce", 128): {"PART_ROWS": 16, "HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
