@@ -273,11 +273,18 @@ def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     multiplies the model's bf16 operands as fp32, but rounds fp16 operands as a GPU does."""
     if operands == "fp16":
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
-    e = _engine(7, 1, 64, torch.bfloat16, num_blocks=16)
+    _check_scaled_decode_row(torch.bfloat16, q_scale)
+
+
+def _check_scaled_decode_row(dtype, q_scale, k_scale=1):
+    """A request of 5 blocks and 3 tokens (pages and a window) with its queries and keys scaled,
+    prefilled, then its one decode row against the reference (7 query heads, 1 kv head, head_dim 64)."""
+    e = _engine(7, 1, 64, dtype, num_blocks=16)
     e.add("a", 5 * BS + 3)
     e.reqs["a"]["q"] *= q_scale
+    e.reqs["a"]["k"] *= k_scale
     e.step([("a", 5 * BS + 2)])
-    check(e, e.step([("a", 1)]), TOL[torch.bfloat16])
+    check(e, e.step([("a", 1)]), TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -289,12 +296,7 @@ def test_fp16_operands_do_not_overflow(dtype, monkeypatch):
     overflow to inf and the row is NaN. The scores are ~1e6 log2 units apart: one key takes all."""
     if dtype == torch.bfloat16:
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
-    e = _engine(7, 1, 64, dtype, num_blocks=16)
-    e.add("a", 5 * BS + 3)
-    e.reqs["a"]["q"] *= 300
-    e.reqs["a"]["k"] *= 3000
-    e.step([("a", 5 * BS + 2)])
-    check(e, e.step([("a", 1)]), TOL[dtype])
+    _check_scaled_decode_row(dtype, 300, 3000)
 
 
 def test_reduction_programs_follow_the_batch_shape():
