@@ -221,17 +221,17 @@ LAUNCH_VARIANTS = {
                                   ("decode", 128): {"maxnreg": 64, "PAGE_STAGES": 3}},
     "tail-64-2-stages": {("decode", 64): {"TAIL_SUB": 64, "TAIL_STAGES": 2},
                          ("decode", 128): {"TAIL_SUB": 64, "TAIL_STAGES": 2}},
-    "reduce-6-stages-2-warps": {("decode-reduce", 64): {"STAGES": 6, "num_warps": 2},
-                                ("decode-reduce", 128): {"STAGES": 6, "num_warps": 2}},
+    # the partials merged one after another (PART_ROWS 0, the default until 2026-12-06), with 6 in
+    # flight and 2 warps; and with 4 programs per (row, kv head), as small batches took it then
+    "reduce-6-stages-2-warps": {("decode-reduce", 64): {"PART_ROWS": 0, "STAGES": 6, "num_warps": 2},
+                                ("decode-reduce", 128): {"PART_ROWS": 0, "STAGES": 6, "num_warps": 2}},
+    "reduce-loop-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 0, "HEAD_SPLITS": 4},
+                                  ("decode-reduce", 128): {"PART_ROWS": 0, "HEAD_SPLITS": 4}},
     # the 7 query heads of a kv head over 2 reduction programs (4 + 3 heads); over 4 (2 + 2 + 2 + 1)
     "reduce-2-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 2}, ("decode-reduce", 128): {"HEAD_SPLITS": 2}},
     "reduce-4-head-splits": {("decode-reduce", 64): {"HEAD_SPLITS": 4}, ("decode-reduce", 128): {"HEAD_SPLITS": 4}},
-    # the partials as tiles of 64 (partial, head) rows (one tile per row and kv head here) and of 16
-    # (2 partials per query head and tile: several tiles, the last one part-masked; 2 heads per program)
-    "reduce-64-part-rows": {("decode-reduce", 64): {"PART_ROWS": 64}, ("decode-reduce", 128): {"PART_ROWS": 64}},
-    # the tuner's pick on the H100 (2026-12-06): one program per (row, kv head) at every batch shape
-    "reduce-64-part-rows-1-head-split": {("decode-reduce", 64): {"PART_ROWS": 64, "HEAD_SPLITS": 1},
-                                         ("decode-reduce", 128): {"PART_ROWS": 64, "HEAD_SPLITS": 1}},
+    # the partials as tiles of 16 (partial, head) rows (2 partials per query head and tile: several
+    # tiles, the last one part-masked; 2 heads per program) instead of the default 64
     "reduce-16-part-rows-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 16, "HEAD_SPLITS": 4},
                                           ("decode-reduce", 128): {"PART_ROWS": 16, "HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
@@ -299,28 +299,10 @@ def test_fp16_operands_do_not_overflow(dtype, monkeypatch):
     _check_scaled_decode_row(dtype, 300, 3000)
 
 
-def test_reduction_programs_follow_the_batch_shape():
-    """The split reduction takes REDUCE_HEAD_SPLITS programs per (decode row, kv head) while its grid
-    stays within one program per SM, else one, from the batch shape alone (a captured graph's):
-    8 rows x 4 kv heads on 132 SMs (32k x 8) get 4 each, 9 rows or 32 (8k x 32) one. The plan
-    carries it to the launch (decode_attention reads md.reduce_head_splits)."""
-    from s4kv.kernels import decode
-
-    assert decode.REDUCE_HEAD_SPLITS == 4
-    assert decode.reduce_head_splits(8, 4, 132) == 4
-    assert decode.reduce_head_splits(9, 4, 132) == 1
-    assert decode.reduce_head_splits(32, 4, 132) == 1
-    g = torch.Generator().manual_seed(5)
-    few, _ = _step_metadata([300], [1], 1, 64, torch.bfloat16, g)  # 1 row x 1 kv head on 4 SMs
-    many, _ = _step_metadata([300, 301], [1, 1], 1, 64, torch.bfloat16, g)
-    mixed, _ = _step_metadata([300, 40], [1, 40], 1, 64, torch.bfloat16, g)  # one decode row
-    assert (few.reduce_head_splits, many.reduce_head_splits, mixed.reduce_head_splits) == (4, 1, 4)
-
-
 @pytest.mark.parametrize("head_splits", [2, 3])
 def test_reduction_programs_per_kv_head(head_splits, monkeypatch):
     """The split reduction over several programs per (decode row, kv head), each merging its share
-    of the query heads (HEAD_SPLITS, planned for small batches and a tuning knob; 3 leaves a program
+    of the query heads (HEAD_SPLITS, a launch option the tuner sweeps; 3 leaves a program
     without heads for a group of 7): three decode rows, 2 kv heads of 7 query heads, then one kv
     head of 12 (two page programs per split), against the reference."""
     for hq, hkv in ((14, 2), (12, 1)):

@@ -36,7 +36,6 @@ class S4KVMetadata:
     # launches are paid on the host, tools/gpu/host_overhead.py); else 0
     decode_stores: int = 0
     decode_splits: int = 1  # KV splits per decode row and kv head
-    reduce_head_splits: int = 1  # the split reduction's programs per decode row and kv head
     # The chunk rows' plan (s4kv.kernels.chunk_plan), made by the first layer of the step that needs it.
     chunk_waves: tuple | None = None
 
@@ -47,7 +46,7 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
     ``uniform_decode``: every row is a single-token decode (the shape of a captured CUDA graph),
     so the values must not depend on the data of this particular batch.
     """
-    from s4kv.kernels.decode import num_splits, reduce_head_splits
+    from s4kv.kernels.decode import num_splits
 
     n = md.num_reqs
     if uniform_decode:
@@ -67,5 +66,4 @@ def plan_launch(md: S4KVMetadata, num_kv_heads: int, num_sms: int, uniform_decod
     else:
         md.num_decodes = md.max_new_blocks = md.decode_stores = 0
     md.decode_splits = num_splits(md.num_decodes, num_kv_heads, num_sms)
-    md.reduce_head_splits = reduce_head_splits(md.num_decodes, num_kv_heads, num_sms)
     return md

@@ -438,8 +438,8 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
                    PDL: tl.constexpr):
     """Merge a row's `parts` partials (its page splits and window splits), all in the rotated basis
     (log-sum-exp), rotate their sum back once and normalize. out: any float dtype.
-    HEAD_SPLITS programs per (row, kv head), each for its share of the query heads (more programs
-    when a small batch gives few rows)."""
+    HEAD_SPLITS programs per (row, kv head), each for its share of the query heads (a launch
+    option: more programs where a small batch gives few rows)."""
     G_SUB: tl.constexpr = reduce_heads(GROUP, HEAD_SPLITS)
     row = tl.program_id(0)
     h = tl.program_id(1) // HEAD_SPLITS
@@ -526,21 +526,6 @@ def window_splits() -> int:
     return int(launch_options("decode-grid", 0).get("window_splits", WINDOW_SPLITS))
 
 
-# Reduction programs per (row, kv head) where a batch gives few of them (each merges its share of the
-# query heads, _reduce_kernel's HEAD_SPLITS): 32 programs (8 rows x 4 kv heads, 32k x 8) took 8.2 us,
-# 4 x 32 7.0 (the decode call -1.1 us); with more rows 4 per (row, kv head) were slower: 5.6 -> 7.0 us
-# at 32 rows, 5.1 -> 10.8 at 64 (H100, 2026-12-05: docs/results/gpu-h100-2026-12-05-twelve-windows/)
-REDUCE_HEAD_SPLITS = 4
-
-
-def reduce_head_splits(num_rows: int, num_kv_heads: int, num_sms: int) -> int:
-    """Reduction programs per (row, kv head), from the batch shape only (graph-safe): REDUCE_HEAD_SPLITS
-    while that keeps the grid within one program per SM, else 1."""
-    if num_rows * num_kv_heads * REDUCE_HEAD_SPLITS <= num_sms:
-        return REDUCE_HEAD_SPLITS
-    return 1
-
-
 def num_splits(num_rows: int, num_kv_heads: int, num_sms: int, max_splits: int | None = None) -> int:
     """Page splits per (row, kv head), from the batch shape only (graph-safe): as many page programs
     as fit PROGRAMS_PER_SM times on the GPU, rounded down so that no second, nearly empty wave of
@@ -605,14 +590,17 @@ class DecodeWorkspace:
 
 
 # Launch options of the split reduction; launch_options("decode-reduce", d) overrides them
-# (tools/gpu/tune_kernels.py). STAGES: splits whose partials it has in flight at once. PART_ROWS (a
-# power of two, 0 = off): instead of that loop, (partial, query head) rows loaded at once as one tile,
-# so a row's partials arrive in one round trip to memory (32 with programmatic launch: -1.0 us per
-# decode call at 8k x 32, +0.3 at 32k x 8 on the H100, 2026-12-06, so off). HEAD_SPLITS
-# (see _reduce_kernel) follows the batch (reduce_head_splits, planned into md.reduce_head_splits)
-# unless a launch option sets it. (The rotation's tiles loaded before the partials, an option from
-# 2026-12-05, was 0.5-0.7 us slower at every measured point on the H100 and is gone.)
-REDUCE_DEFAULTS = {"STAGES": 3, "PART_ROWS": 0, "num_warps": 4}
+# (tools/gpu/tune_kernels.py). STAGES: splits in flight at once when PART_ROWS is 0. PART_ROWS (a
+# power of two, 0 = off): (partial, query head) rows loaded at once as one tile, so a row's partials
+# arrive in one round trip to memory instead of one after another. HEAD_SPLITS: programs per (row,
+# kv head), each merging its share of the query heads. The tuner's pick on the H100 (2026-12-06),
+# 64-row tiles and one program per (row, kv head) at every batch, took the decode call per layer of
+# an 8-layer graph from 29.7 / 66.0 / 67.3 to 28.7 / 65.1 / 65.8 us at 1k x 64 / 8k x 32 / 32k x 8,
+# against the loop with 4 programs per (row, kv head) where the grid fit in one program per SM, the
+# default before (two passes each, docs/results/gpu-h100-2026-12-06-reduce-tile/). (The rotation's
+# tiles loaded before the partials, an option from 2026-12-05, was 0.5-0.7 us slower at every
+# measured point on the H100 and is gone.)
+REDUCE_DEFAULTS = {"STAGES": 3, "PART_ROWS": 64, "HEAD_SPLITS": 1, "num_warps": 4}
 
 # query heads per page-loop program (the N of its dots, see _decode_kernel)
 PAGE_HEADS = 8
@@ -711,7 +699,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
-    reduce_opts = {**REDUCE_DEFAULTS, "HEAD_SPLITS": md.reduce_head_splits, **launch_options("decode-reduce", d, q.device)}
+    reduce_opts = {**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)}
     _reduce_kernel[(num_decodes, hkv * reduce_opts["HEAD_SPLITS"])](
         part_o, part_ml, out, out.stride(0), out.stride(1), md.query_start_loc, rot, splits + ws,
         GROUP=group, HALF=d // 2, INV_SQRT_D=inv_sqrt_d, PDL=pdl, **reduce_opts,
