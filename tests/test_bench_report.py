@@ -1,5 +1,7 @@
 """results.md and the PNG plots, from synthetic records."""
 
+import json
+
 import pytest
 
 from s4kv.bench import plots, report, testing
@@ -107,3 +109,25 @@ def test_not_measured_grouped_by_reason():
     assert "| speed | `auto`, `fp8` | refused | CUDA only |" in table
     assert "| capacity `nvfp4`; speed `int4_kivi` |  | failed | boom |" in table
     assert len(table.splitlines()) == 2 + 3
+
+
+def test_kernel_launch_options_are_recorded_and_shown(tmp_path, monkeypatch):
+    """A run under S4KV_KERNEL_CONFIG (launch options replacing the kernels' defaults, as
+    tools/gpu/run-on-device.sh sets after a tune) records them in every record's env and names them
+    in results.md: its timings are of those launches, not of the defaults."""
+    from s4kv.bench import worker
+
+    options = [{"kernel": "decode-reduce", "head_size": 128, "options": {"PART_ROWS": 64}}]
+    config = tmp_path / "kernel-config.json"
+    config.write_text(json.dumps(options))
+    monkeypatch.setenv("S4KV_KERNEL_CONFIG", str(config))
+    env = worker.environment()
+    assert env["kernel_config"] == options
+    recs = [testing.record("speed", "auto"), testing.record("speed", "int4_kivi")]
+    for r in recs:
+        r["env"] = {**r["env"], "kernel_config": env["kernel_config"]}
+    md = report.markdown(testing.records_with_comparisons(recs))
+    assert f"- **kernel launch options** (`S4KV_KERNEL_CONFIG`, replacing the defaults): `{json.dumps(options)}`" in md
+    monkeypatch.delenv("S4KV_KERNEL_CONFIG")
+    assert "kernel_config" not in worker.environment()
+    assert "kernel launch options" not in report.markdown(testing.records_with_comparisons([testing.record("speed", "auto")]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from s4kv.bench import prom, records
@@ -252,6 +253,9 @@ def markdown(recs: list[dict], plots: dict[str, str] | None = None) -> str:
         f" ({env.get('vllm_dist')}), torch {env.get('torch')}, s4kv {env.get('s4kv')}, "
         f"Python {env.get('python')}"),
     ]
+    configs = {json.dumps(r["env"]["kernel_config"]) for r in recs if r.get("env", {}).get("kernel_config")}
+    for config in sorted(configs):
+        parts.append(f"- **kernel launch options** (`S4KV_KERNEL_CONFIG`, replacing the defaults): `{config}`")
     overridden = [r for r in recs if r["status"] == "ok" and (r.get("preflight") or {}).get("status") == "refused"]
     if overridden:
         names = sorted({records.label(r) for r in overridden})

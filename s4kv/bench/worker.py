@@ -93,6 +93,10 @@ def environment() -> dict:
         env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GiB, 1)
         env["cuda"] = torch.version.cuda
     env["device"] = env.get("gpu") or f"{env['cpu']} ({env['cpu_count']} cores)"
+    config = os.environ.get("S4KV_KERNEL_CONFIG")
+    if config:  # launch options replacing the kernels' defaults (s4kv.kernels): part of what was timed
+        with open(config) as f:
+            env["kernel_config"] = json.load(f)
     return env
 
 
