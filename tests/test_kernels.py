@@ -235,6 +235,8 @@ LAUNCH_VARIANTS = {
     "reduce-16-part-rows-4-head-splits": {("decode-reduce", 64): {"PART_ROWS": 16, "HEAD_SPLITS": 4},
                                           ("decode-reduce", 128): {"PART_ROWS": 16, "HEAD_SPLITS": 4}},
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
+    # the row kernel and the block store before the page kernel too (sm90+ only; an option, off)
+    "programmatic-rows": {("decode-grid", 0): {"pdl": True, "pdl_rows": True}},
     # stream order, the launch off sm90 and the option that turns programmatic launch off on sm90+
     "stream-order": {("decode-grid", 0): {"pdl": False}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
@@ -254,7 +256,7 @@ LAUNCH_VARIANTS = {
 def test_decode_launch_variants_against_reference(variant, monkeypatch):
     """Every launch option the tuner may choose gives the reference's attention: a 7-head group
     over pages and a window, 1, 3 and 8 splits, bf16 and head_dim 128 (the serving shape)."""
-    if variant == "programmatic-launch" and not _HOPPER:
+    if variant.startswith("programmatic") and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
     _set_launch(monkeypatch, LAUNCH_VARIANTS[variant])
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
@@ -667,14 +669,16 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("pdl", [False, True], ids=["stream-order", "programmatic-launch"])
-def test_decode_step_replays_in_a_cuda_graph(pdl, monkeypatch):
+@pytest.mark.parametrize("grid", [{"pdl": False}, {"pdl": True}, {"pdl": True, "pdl_rows": True}],
+                         ids=["stream-order", "programmatic-launch", "programmatic-rows"])
+def test_decode_step_replays_in_a_cuda_graph(grid, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
-    programmatic dependent launch, which a graph keeps as programmatic edges)."""
-    if pdl and not _HOPPER:
+    programmatic dependent launch, which a graph keeps as programmatic edges; with pdl_rows from
+    the row kernel on, through the block store that completes a unit in every row)."""
+    if grid["pdl"] and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
-    _set_launch(monkeypatch, {("decode-grid", 0): {"pdl": pdl}})
+    _set_launch(monkeypatch, {("decode-grid", 0): grid})
     _replay_decode_steps_in_a_graph()
 
 

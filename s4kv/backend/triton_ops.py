@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from s4kv.kernels.chunk import chunk_attention, staged_queries
-from s4kv.kernels.decode import decode_attention
+from s4kv.kernels.decode import decode_attention, programmatic_rows
 from s4kv.kernels.store import append_window, quantize_rows, store_blocks
 
 
@@ -25,11 +25,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, regions: torch.Te
     # one launch also rotates the decode rows' queries, (store) writes their rows into their windows
     # and casts the chunk rows' queries for FlashAttention
     staged_q = staged_queries(q, md)
+    # the row kernel and the decode rows' store overlap the launches after them (an option, off)
+    pdl = store and md.num_decodes > 0 and programmatic_rows(q.device)
     rows = quantize_rows(k, v, decodes=(q, regions, md, scale) if store else None,
-                         stage=None if staged_q is None else (q, staged_q, md.num_decodes))
+                         stage=None if staged_q is None else (q, staged_q, md.num_decodes), pdl=pdl)
     if store:
         # a decode row completes at most one unit: one program per block
-        store_blocks(rows, regions, md, md.decode_stores, q.dtype, rows_range=(0, md.num_decodes))
+        store_blocks(rows, regions, md, md.decode_stores, q.dtype, rows_range=(0, md.num_decodes), pdl=pdl)
     decode_attention(q, rows, regions, md, md.num_decodes, scale, out, md.decode_splits, queries_rotated=store)
     chunk_attention(q, rows, regions, md, md.num_decodes, scale, out, store=store, staged_q=staged_q)
     if store:

@@ -632,6 +632,18 @@ def programmatic_launch(device) -> bool:
     return (capability_major(device) or 0) >= 9
 
 
+def programmatic_rows(device) -> bool:
+    """Where programmatic_launch holds, also the layer's kernels before the page kernel: the step's
+    row kernel (s4kv.kernels.store.quantize_rows) and the block store let the kernel after them
+    start while they run, and the store is launched programmatically itself; each waits in-kernel
+    (gdc_wait) where it reads the kernel before it (the page kernel's programs already do, for the
+    rotated queries, before they read anything the row kernel or the store writes). The page
+    kernel's launch and first instructions then overlap the two small kernels before it, as the
+    reduction's overlap the page kernel. launch_options("decode-grid", 0) {"pdl_rows": true}: an
+    option, off until a GPU has timed it."""
+    return programmatic_launch(device) and bool(launch_options("decode-grid", 0).get("pdl_rows", False))
+
+
 def page_operand_dtype(model_dtype: torch.dtype) -> torch.dtype:
     """The 16-bit dtype of the decode kernel's dot operands (q * s and p * s, the codes): the model's,
     or fp16 for a bf16 model where launch_options("decode-grid", 0) has {"fp16_operands": true}.
@@ -639,7 +651,8 @@ def page_operand_dtype(model_dtype: torch.dtype) -> torch.dtype:
     and 16x larger put a bf16 decode row 1.1e-2 / 1.9e-2 from the reference on the H100 (2026-12-06),
     and the same roundings emulated on the CPU give 1.11e-2 / 1.89e-2, against 9.6e-4 / 6.6e-4 with
     fp16 operands (docs/results/cpu-2026-12-06-peaky-emulation/). fp16 scales the query per head so
-    that nothing overflows (fp16_query_scale). Off until a GPU has timed it."""
+    that nothing overflows (fp16_query_scale). Off: on the H100 it made the decode call 0.4-0.7 us per
+    layer slower (2026-12-06, docs/results/gpu-h100-2026-12-06-reduce-tile/)."""
     if model_dtype == torch.bfloat16 and launch_options("decode-grid", 0).get("fp16_operands", False):
         return torch.float16
     return model_dtype

@@ -25,6 +25,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from s4kv import format as fmt
 from s4kv.kernels import (
@@ -96,11 +97,15 @@ def _quantize_rows_kernel(
     HKV: tl.constexpr, TILE: tl.constexpr, OP_DTYPE: tl.constexpr,
     INV_SQRT_D: tl.constexpr, DECODES: tl.constexpr, GROUP: tl.constexpr, STAGE_QUERIES: tl.constexpr,
     LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
+    PDL: tl.constexpr,
 ):
     """Programs (tile, kv head, 0 for keys / 1 for values) quantize TILE tokens' rows; with DECODES,
     programs (n_tiles + r, kv head, 0) rotate decode row r's queries; with STAGE_QUERIES, programs
     (tile, kv head, 2) write the tile's queries of that kv head's group as chunk attention's
-    FlashAttention takes them."""
+    FlashAttention takes them. PDL: the kernel after it may be launched now (it waits in-kernel
+    for this one's output: s4kv.kernels.decode.programmatic_rows)."""
+    if PDL:
+        gdc_launch_dependents()
     G_PAD: tl.constexpr = padded_group(GROUP)
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
@@ -172,7 +177,7 @@ def _quantize_rows_kernel(
         tl.store((base + scale_at).to(tl.pointer_type(tl.float16)) + slot, s.to(tl.float16), mask=dec)
 
 
-def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
+def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None, pdl: bool = False):
     """This step's window rows: k, v [T, Hkv, D] (model dtype) -> StepRows buffers (codes K, codes V,
     scales), filled for the T tokens.
 
@@ -183,6 +188,8 @@ def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
     stage: (q, staged, first_token), or None. Then the same launch also writes q's tokens from
     first_token on into staged ([T, Hq, D] fp16, contiguous) as s4kv.kernels.chunk.to_stage_dtype
     would (s4kv.kernels.chunk.staged_queries).
+    pdl: let the next kernel, launched programmatically, start while this one runs
+    (s4kv.kernels.decode.programmatic_rows).
     """
     t, hkv, d = k.shape
     kc, vc, sc = StepRows.get(t, hkv, d, k.device)
@@ -207,7 +214,8 @@ def quantize_rows(k, v, tile: int = 16, decodes=None, stage=None):
             rotation_operand(d, k.dtype, k.device), n_tiles, n_dec, *q_args, staged, stage_from,
             HKV=hkv, TILE=tile, OP_DTYPE=dot_dtype(k.dtype),
             INV_SQRT_D=1.0 / math.sqrt(d), DECODES=decodes is not None, GROUP=group,
-            STAGE_QUERIES=stage is not None, LAYOUT=kernel_layout(d), **launch_options("rows", d, k.device))
+            STAGE_QUERIES=stage is not None, LAYOUT=kernel_layout(d),
+            **{"PDL": pdl, **launch_options("rows", d, k.device)})
     return kc, vc, sc
 
 
@@ -220,6 +228,7 @@ def _store_blocks_kernel(
     qsl_ptr, seq_lens_ptr, block_table_ptr, stride_bt,
     row0,  # the first batch row of this launch
     LAYOUT: tl.constexpr, HKV: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
+    PDL: tl.constexpr,  # launched programmatically after the row kernel (store_blocks)
 ):
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
@@ -241,6 +250,13 @@ def _store_blocks_kernel(
     n_new = seq_len // UNIT * (UNIT // BS) - first  # blocks of the units this step completes
     kept = ctx - first * BS  # rows of that unit in the old window
     UNIT_BLOCKS: tl.constexpr = UNIT // BS
+    if PDL:
+        # the page kernel may be launched now; it waits for this kernel (gdc_wait). Launched while
+        # the row kernel may still run, every program waits for it here, those with nothing to
+        # store too: this kernel then ends after the row kernel, so the page kernel's wait for it
+        # covers the rows and rotated queries the row kernel writes.
+        gdc_launch_dependents()
+        gdc_wait()
     if (qlen <= 0) | (i >= n_new):
         return
     # The old window's rows live in pages first .. first + WINDOW_PAGES - 1, block first + j's in
@@ -376,13 +392,15 @@ def _append_window_kernel(
 
 
 def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtype,
-                 rows_range: tuple[int, int] | None = None) -> None:
+                 rows_range: tuple[int, int] | None = None, pdl: bool = False) -> None:
     """Quantize the blocks of the units this step completes into their pages, for the batch rows
     `rows_range` (first, end; default all).
 
     rows: this step's rows (quantize_rows); regions [num_blocks, Hkv, region_bytes] uint8 view;
     ``max_new_blocks``: the most blocks any of those rows completes (host value; a row whose old
     window has rows stores its first WINDOW_PAGES blocks in its first UNIT_BLOCKS programs).
+    pdl: launched programmatically after the row kernel (quantize_rows(pdl=True)), and the next
+    kernel may be launched while this one runs (s4kv.kernels.decode.programmatic_rows).
     """
     row0, row1 = rows_range if rows_range is not None else (0, md.num_reqs)
     if row1 <= row0 or max_new_blocks <= 0:
@@ -394,7 +412,8 @@ def store_blocks(rows, regions, md, max_new_blocks: int, model_dtype: torch.dtyp
         kc, vc, sc, regions, regions.stride(0), regions.stride(1),
         md.query_start_loc, md.seq_lens, md.block_table, md.block_table.stride(0), row0,
         LAYOUT=kernel_layout(d), HKV=hkv, FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(model_dtype)),
-        **{**STORE_DEFAULTS, **launch_options("store", d, kc.device)},
+        **{**STORE_DEFAULTS, "PDL": pdl, **launch_options("store", d, kc.device)},
+        **({"launch_pdl": True} if pdl else {}),
     )
 
 
