@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, second session: issue 14 end to end on an H100 with
-# programmatic launch the default gave 1.13x / 1.43x / 1.43x / 3.76x bf16, 32k x 8 short of 1.5x by
-# 0.07x, docs/results/gpu-h100-2026-12-06-e2e-pdl/; fp16 dot operands for bf16 models are now an
-# option, off, emulated 12-29x closer to the reference on the peaky test,
-# docs/results/cpu-2026-12-06-peaky-emulation/). In order:
-#  0. one call, no vLLM needed (about 4 min): the fp16 operands and the tuner's reduction per layer
-#     beside the shipped launch, each checked against the reference first:
-#       CONFIGS='cur=[] fp16ops=[{"kernel":"decode-grid","head_size":0,"options":{"fp16_operands":true}}] pr64=[{"kernel":"decode-reduce","head_size":128,"options":{"PART_ROWS":64,"HEAD_SPLITS":1}}]' \
-#         PASSES=2 POINTS="8192,32768,1024 32,8,64" OUT=$OUT bash tools/gpu/decode_configs.sh
-#     Ship what is not slower (fp16 operands as the bf16 default fixes the peaky test's GPU failures).
-#     Then the bundle (step 1b) and `run-on-device.sh tests` (the peaky test's fp16 cases, the
-#     fp16-operands launch variant, test_fp16_operands_do_not_overflow have not run on a GPU).
-#     On an H200: issue 14's end to end (step 2; the targets are set there; not measured with
-#     programmatic launch) before anything else.
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, third session: on the H100 the reduction's
+# partials as 64-row tiles, one program per (row, kv head), took 1.0 / 0.9 / 1.5 us per layer off the
+# decode call at 1k x 64 / 8k x 32 / 32k x 8 and are the default; fp16 operands were 0.4-0.7 us slower
+# and stay off; end to end 1.13x / 1.42x / 1.42x / 3.78x bf16, and on the H100 1.5x at 32k x 8 sits at
+# the KV bytes' copy time: docs/results/gpu-h100-2026-12-06-reduce-tile/). In order:
+#  0. the bundle (step 1b) and `bash tools/gpu/run-on-device.sh --detach tests`, then `collect`
+#     (315 s on the H100 with a cold cache): test_peaky_queries_against_reference now checks the
+#     kernel against the row recomputed with its own operand roundings (tests/operand_roundings.py,
+#     docs/results/cpu-2026-12-06-operand-reference/) and has not run on a GPU; the bf16 cases failed
+#     against the plain reference (1.12e-2 / 1.90e-2) twice.
+#     Then, in one call (about 5 min, with the bundle): the row kernel and the block store launched
+#     programmatically before the page kernel ({"decode-grid": {"pdl_rows": true}}, an option, off;
+#     its GPU tests are the `programmatic-rows` launch variant and CUDA-graph replay) against the
+#     default, an engine's steady decode step each (tools/gpu/profile_decode.py), twice, alternating:
+#       echo '[{"kernel":"decode-grid","head_size":0,"options":{"pdl_rows":true}}]' >/root/pr.json
+#       for i in 1 2; do for c in default pr; do [ $c = pr ] && export S4KV_KERNEL_CONFIG=/root/pr.json || unset S4KV_KERNEL_CONFIG
+#         python3 tools/gpu/profile_decode.py --kv int4_kivi --context 32511 --batch 8 --steps 32 --json $OUT/$c-$i.json; done; done
+#     Ship it if the step is shorter in both passes.
+#     On an H200: issue 14's end to end first (step 2; its targets are set there; not measured with
+#     programmatic launch nor the reduction's tiles), then the kernel bench per layer (`kernels`).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
