@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton")
 
-from paged_harness import Engine, check
+from paged_harness import Engine, check, relative_error
 
 from s4kv import format as fmt
 from s4kv.backend import triton_ops
@@ -292,10 +292,6 @@ def _operand_dtype(model_dtype):
     return tl_to_torch[dot_dtype(page_operand_dtype(model_dtype))]
 
 
-def _rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
-
-
 def _check_scaled_decode_row(dtype, q_scale, k_scale=1, operand_roundings=False, reference=True):
     """A request of 5 blocks and 3 tokens (pages and a window) with its queries and keys scaled,
     prefilled, then its one decode row (7 query heads, 1 kv head, head_dim 64) against the reference
@@ -312,14 +308,15 @@ def _check_scaled_decode_row(dtype, q_scale, k_scale=1, operand_roundings=False,
         check(e, result, TOL[dtype])
     if operand_roundings:
         out, ctx = result["a"]
+        ref = e.reference("a", result["a"])
         r = e.reqs["a"]
         q, k, v = r["q"][ctx:ctx + 1], r["k"][:ctx + 1], r["v"][:ctx + 1]
         unrounded = decode_row_with_operand_roundings(q, k, v, 64 ** -0.5, torch.float32)
-        assert _rel(unrounded, e.reference("a", result["a"])) < 1e-5  # the recomputation itself
+        assert relative_error(unrounded, ref) < 1e-5  # the recomputation itself
         rounded = decode_row_with_operand_roundings(q, k, v, 64 ** -0.5, _operand_dtype(dtype))
         assert torch.isfinite(out).all()
-        err = _rel(out, rounded)
-        assert err < TOL[dtype], (err, _rel(rounded, e.reference("a", result["a"])))
+        err = relative_error(out, rounded)
+        assert err < TOL[dtype], (err, relative_error(rounded, ref))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -507,13 +504,13 @@ def test_stage_kernel_unpacks_pages_as_the_format_decodes_them():
     kq, vq = fmt.decode_blocks(regions[[4, 1]], d, dtype)  # [2, Hkv, BS, D], rotated basis
     want_k, want_v = fmt.unrotate(kq).transpose(1, 2), fmt.unrotate(vq).transpose(1, 2)  # [2, BS, Hkv, D]
     for got, want in ((kp[:2].float().cpu(), want_k), (vp[:2].float().cpu(), want_v)):
-        err = ((got - want).norm() / want.norm()).item()
+        err = relative_error(got, want)
         assert err < 1e-3, err  # one 16-bit rounding of each element
     for got, x in ((kp[2].float().cpu(), k[2 * BS:]), (vp[2].float().cpu(), v[2 * BS:])):
         want = torch.zeros(BS, hkv, d)
         want[:17] = fmt.unrotate(fmt.window_round_trip(x))
         assert got[17:].eq(0).all()
-        err = ((got - want).norm() / want.norm()).item()
+        err = relative_error(got, want)
         assert err < 2e-3, err  # 16-bit rounding, and a row code may differ by one (fp32 vs float64 rotation)
 
 
@@ -645,7 +642,7 @@ def test_decode_bench_inputs_repeat_exactly_and_the_kernel_reads_them_as_the_ref
     decode_attention(q, quantize_rows(k, v), regions, md, 3, d ** -0.5, out, md.decode_splits)
     ref = torch.zeros_like(out)
     torch_ops.forward(q, k, v, regions, md, d ** -0.5, ref, store=False)
-    err = ((out - ref).norm() / ref.norm()).item()
+    err = relative_error(out, ref)
     assert err < TOL[torch.bfloat16], err
 
 
@@ -663,7 +660,7 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
     ref = torch.empty_like(out)
     torch_ops.forward(q, k, v, regions, md, d ** -0.5, ref, store=False)
     assert torch.isfinite(out).all()
-    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    err = relative_error(out.float(), ref.float())
     assert err < TOL[dtype], err
 
 
@@ -736,7 +733,7 @@ def _replay_decode_steps_in_a_graph():
             req = e.reqs[name]
             p = req["done"]
             ref = kivi_attention(req["q"][p:p + 1], req["k"][:p + 1], req["v"][:p + 1], d ** -0.5, q_start=p)
-            err = ((got[i].cpu() - ref[0]).norm() / ref[0].norm()).item()
+            err = relative_error(got[i].cpu(), ref[0])
             assert err < TOL[dtype], (step, name, p, err)
             req["done"] += 1
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from paged_harness import relative_error
 
 from s4kv import format as fmt
 from s4kv.reference import dense_attention, kivi_attention
@@ -15,10 +16,6 @@ def _qkv(tq, tk, hq, hkv, d, dtype=torch.float32, seed=0):
     k = torch.randn(tk, hkv, d, generator=g).to(dtype)
     v = torch.randn(tk, hkv, d, generator=g).to(dtype)
     return q, k, v
-
-
-def _rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 def test_dense_attention_matches_naive_loop():
@@ -39,7 +36,7 @@ def test_without_quantization_equals_dense(hq, hkv, tk, tq):
     q, k, v = _qkv(tq, tk, hq, hkv, 64)
     ref = dense_attention(q, k, v, 0.125)
     out = kivi_attention(q, k, v, 0.125, quantize=False)
-    assert _rel(out, ref) < 1e-5
+    assert relative_error(out, ref) < 1e-5
 
 
 def _window_only(q, k, v, scale):
@@ -55,8 +52,8 @@ def test_within_the_window_reads_8_bit_rows(d):
     for dtype in (torch.bfloat16, torch.float32):
         q, k, v = _qkv(200, 200, 4, 2, d, dtype)
         out = kivi_attention(q, k, v, d ** -0.5)
-        assert _rel(out, _window_only(q, k, v, d ** -0.5)) < 1e-5
-        assert _rel(out, dense_attention(q, k, v, d ** -0.5)) < 1e-2
+        assert relative_error(out, _window_only(q, k, v, d ** -0.5)) < 1e-5
+        assert relative_error(out, dense_attention(q, k, v, d ** -0.5)) < 1e-2
 
 
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (8, 2), (7, 1)])
@@ -65,7 +62,7 @@ def test_quantized_close_to_dense(hq, hkv, tk):
     q, k, v = _qkv(tk, tk, hq, hkv, 128, torch.bfloat16, seed=tk)
     ref = dense_attention(q, k, v, 128 ** -0.5)
     out = kivi_attention(q, k, v, 128 ** -0.5)
-    err = _rel(out, ref)
+    err = relative_error(out, ref)
     assert 1e-4 < err < 0.08  # int4 noise is present but bounded on random data
 
 
@@ -78,7 +75,7 @@ def test_position_rule_boundary():
     assert torch.allclose(out[0], window[0], atol=1e-5)  # position 254: unit incomplete, its rows
     assert not torch.allclose(out[1], window[1], atol=1e-4)  # position 255: unit complete, its pages
     pages = kivi_attention(q, k, v, 0.125, q_start=unit - 2, quantize=False)
-    assert _rel(out, pages) < 0.1
+    assert relative_error(out, pages) < 0.1
 
 
 def test_chunking_does_not_change_the_result():

@@ -639,7 +639,7 @@ def programmatic_rows(device) -> bool:
     (gdc_wait) where it reads the kernel before it (the page kernel's programs already do, for the
     rotated queries, before they read anything the row kernel or the store writes). The page
     kernel's launch and first instructions then overlap the two small kernels before it, as the
-    reduction's overlap the page kernel. launch_options("decode-grid", 0) {"pdl_rows": true}: an
+    reduction's launch overlaps the page kernel. launch_options("decode-grid", 0) {"pdl_rows": true}: an
     option, off until a GPU has timed it."""
     return programmatic_launch(device) and bool(launch_options("decode-grid", 0).get("pdl_rows", False))
 
