@@ -237,6 +237,13 @@ LAUNCH_VARIANTS = {
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the row kernel and the block store before the page kernel too (sm90+ only; an option, off)
     "programmatic-rows": {("decode-grid", 0): {"pdl": True, "pdl_rows": True}},
+    # the page programs' first 2 pages asked of L2 before they wait, alone and with the row kernel
+    # and the block store launched programmatically before them (the prefetch then overlaps those
+    # two; a page the store completes is prefetched while it is written: L2 keeps it coherent)
+    "prefetch-2-pages": {("decode", 64): {"PREFETCH_PAGES": 2}, ("decode", 128): {"PREFETCH_PAGES": 2}},
+    "programmatic-rows-prefetch-1-page": {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
+                                          ("decode", 64): {"PREFETCH_PAGES": 1},
+                                          ("decode", 128): {"PREFETCH_PAGES": 1}},
     # stream order, the launch off sm90 and the option that turns programmatic launch off on sm90+
     "stream-order": {("decode-grid", 0): {"pdl": False}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
@@ -666,16 +673,21 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("grid", [{"pdl": False}, {"pdl": True}, {"pdl": True, "pdl_rows": True}],
-                         ids=["stream-order", "programmatic-launch", "programmatic-rows"])
+@pytest.mark.parametrize("grid", [{"pdl": False}, {"pdl": True}, {"pdl": True, "pdl_rows": True},
+                                  {"pdl": True, "pdl_rows": True, "prefetch_pages": 2}],
+                         ids=["stream-order", "programmatic-launch", "programmatic-rows",
+                              "programmatic-rows-prefetch-2-pages"])
 def test_decode_step_replays_in_a_cuda_graph(grid, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
     programmatic dependent launch, which a graph keeps as programmatic edges; with pdl_rows from
-    the row kernel on, through the block store that completes a unit in every row)."""
+    the row kernel on, through the block store that completes a unit in every row, and with the
+    page programs prefetching their first pages meanwhile, the completed units' among them)."""
     if grid["pdl"] and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
-    _set_launch(monkeypatch, {("decode-grid", 0): grid})
+    grid = dict(grid)
+    prefetch = grid.pop("prefetch_pages", 0)
+    _set_launch(monkeypatch, {("decode-grid", 0): grid, ("decode", 128): {"PREFETCH_PAGES": prefetch}})
     _replay_decode_steps_in_a_graph()
 
 

@@ -44,6 +44,12 @@ def unpack_ptx(dtype: str, half: str) -> str:
 # elements over as $1, $2 in element order; cvt puts its first source in the high half, so $2 goes first.
 FP16_SATFINITE = "cvt.rn.satfinite.f16x2.f32 $0, $2, $1;"
 
+# One 128-byte line at address $1 into L2 (no register written but the dummy $0, which inline asm needs;
+# sm80+). The decode page programs issue it for their first pages before they wait for the kernel
+# before them (s4kv.kernels.decode._prefetch_pages): L2 is where the SMs' global memory is coherent,
+# so a line fetched early is never stale, unlike one fetched into L1.
+PREFETCH_L2 = "prefetch.global.L2 [$1];\nmov.u32 $0, 0;"
+
 # every unpack_ptx string, for the kernels' constexpr functions (s4kv.kernels.quant.unpack_asm), which
 # may read module attributes but not call plain functions
 UNPACK_PTX = {(dtype, half): unpack_ptx(dtype, half) for dtype in ("bf16", "fp16") for half in ("lo", "hi")}

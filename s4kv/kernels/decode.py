@@ -32,6 +32,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from s4kv import format as fmt
 from s4kv.kernels import (
     capability_major,
+    code_ptx,
     compile_env,
     dot_dtype,
     interpreted,
@@ -125,6 +126,36 @@ def _add2(a0, a1, b0, b1):
 def _page_region(cache_ptr, bt_row, page, head, stride_cb):
     """Page `page` of the row's block table: its (block, kv head) region's first byte."""
     return cache_ptr + tl.load(bt_row + page).to(tl.int64) * stride_cb + head
+
+
+@triton.constexpr_function
+def prefetch_ptx() -> str:
+    """s4kv.kernels.code_ptx.PREFETCH_L2, for inline_asm_elementwise."""
+    return code_ptx.PREFETCH_L2
+
+
+@triton.constexpr_function
+def pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+@triton.jit
+def _prefetch_pages(cache_ptr, bt_row, page_lo, page_hi, head, stride_cb, PAGES: tl.constexpr,
+                    REGION: tl.constexpr):
+    """Ask L2 for the 128-byte lines of the first PAGES pages of page_lo..page_hi-1 (their (block, kv
+    head) regions, REGION bytes each) and go on without waiting. A page program issues it before it
+    waits for the kernels before it (gdc_wait): while they run, the memory system is idle, and the
+    page loop then finds these pages in L2. Lines only: nothing lands in registers or L1, so a page
+    the block store writes meanwhile is read as written (L2 is coherent; s4kv.kernels.code_ptx)."""
+    LINES: tl.constexpr = (REGION + 127) // 128
+    i = tl.arange(0, pow2_at_least(PAGES * LINES))
+    page = page_lo + i // LINES
+    ok = (i < PAGES * LINES) & (page < page_hi)
+    # a line not asked for repeats the split's first page's first line (in bounds, as _pages_partial's
+    # empty-split rule: every decode row holds a page 0)
+    block = tl.load(bt_row + tl.where(ok, page, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0))))
+    line = cache_ptr + block.to(tl.int64) * stride_cb + head + tl.where(ok, i % LINES, 0) * 128
+    tl.inline_asm_elementwise(prefetch_ptx(), "=r,l", [line], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -277,7 +308,7 @@ def _decode_kernel(
     LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
-    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -330,6 +361,11 @@ def _decode_kernel(
         page_lo = split * per_split
         # partials of query head hq and split s at (hq * parts + s); this chunk's first head
         hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
+        if PREFETCH_PAGES > 0:  # noqa: SIM102 (the block table is the engine's input, final before the layer)
+            if USE_PTX:  # (the interpreter runs no inline PTX; a prefetch changes no value)
+                _prefetch_pages(cache_ptr, block_table_ptr + row * stride_bt, page_lo,
+                                tl.minimum(page_lo + per_split, n_pages), h * stride_ch, stride_cb,
+                                PREFETCH_PAGES, layout(LAYOUT, "region_bytes"))
         if PDL:  # launched while the rotation may still run: its queries are complete after this
             gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
@@ -614,9 +650,11 @@ PAGE_HEADS = 8
 # 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
 # spills on sm80-sm90 (tools/kernel_static.py). Fewer warps per program (fewer instructions per
 # page, fewer barriers) and the pages' score bounds as the running max were 2-150% slower on the
-# H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/).
+# H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/). PREFETCH_PAGES (0 = off): each
+# page program asks L2 for its first pages before it waits for the kernels before it
+# (_prefetch_pages): an option, off until a GPU has timed it beside programmatic_rows.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128}
+                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0}
 
 
 def programmatic_launch(device) -> bool:

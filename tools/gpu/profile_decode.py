@@ -103,13 +103,16 @@ def profile_one(args) -> dict:
         with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
             wall = gen(n)
         windows[name] = {"wall_s": wall, "kernels_us": _kernel_times(prof, cuda), **_busy(prof, cuda)}
+    # the same two windows without the profiler, three times: kernels launched programmatically may
+    # overlap, which the profiler's tracing can change, so options of that kind are compared on these
+    unprofiled = [(gen(1 + args.steps) - gen(1)) / args.steps * 1e6 for _ in range(3)]
     s, lg = windows["short"], windows["long"]
     per_step = {k: (lg["kernels_us"].get(k, 0.0) - s["kernels_us"].get(k, 0.0)) / args.steps
                 for k in set(lg["kernels_us"]) | set(s["kernels_us"])}
     per_step = {k: v for k, v in sorted(per_step.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05}
     step_us = (lg["wall_s"] - s["wall_s"]) / args.steps * 1e6
     return {"kv_cache_dtype": args.one, "model": args.model, "context": args.context, "batch": args.batch,
-            "steps": args.steps, "step_wall_us": step_us, "kernels_us_per_step": per_step,
+            "steps": args.steps, "step_wall_us": step_us, "step_wall_unprofiled_us": unprofiled, "kernels_us_per_step": per_step,
             "kernel_sum_us": sum(per_step.values()), "torch": torch.__version__,
             "gpu_idle_us": (lg["idle_us"] - s["idle_us"]) / args.steps if cuda else None,
             "windows": {k: {x: w[x] for x in ("wall_s", "busy_us", "idle_us", "gaps_over_1ms")} for k, w in windows.items()}
@@ -148,7 +151,8 @@ def main(argv=None) -> int:
         r = json.loads(lines[-1][len("RESULT "):])
         results.append(r)
         print(f"\n{kv}: decode step {r['step_wall_us']:.0f} us wall, kernels {r['kernel_sum_us']:.0f} us, "
-              f"GPU idle {r['gpu_idle_us'] or 0:.0f} us ({args.batch} x {args.context}, "
+              f"GPU idle {r['gpu_idle_us'] or 0:.0f} us, unprofiled "
+              f"{' / '.join(f'{x:.0f}' for x in r['step_wall_unprofiled_us'])} us ({args.batch} x {args.context}, "
               f"{time.perf_counter() - t:.0f} s); windows {json.dumps(r['windows'])}", flush=True)
         for k, us in list(r["kernels_us_per_step"].items())[:args.top]:
             print(f"  {us:8.1f} us  {k[:110]}", flush=True)
