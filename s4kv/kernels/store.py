@@ -250,14 +250,19 @@ def _store_blocks_kernel(
     n_new = seq_len // UNIT * (UNIT // BS) - first  # blocks of the units this step completes
     kept = ctx - first * BS  # rows of that unit in the old window
     UNIT_BLOCKS: tl.constexpr = UNIT // BS
+    idle = (qlen <= 0) | (i >= n_new)  # from the engine's metadata: the row kernel writes none of it
     if PDL:
         # the page kernel may be launched now; it waits for this kernel (gdc_wait). Launched while
-        # the row kernel may still run, every program waits for it here, those with nothing to
-        # store too: this kernel then ends after the row kernel, so the page kernel's wait for it
-        # covers the rows and rotated queries the row kernel writes.
+        # the row kernel may still run, a program that stores reads the rows it writes, so it waits
+        # for it here; so does program (0, 0, 0) always: this kernel then ends after the row kernel,
+        # and the page kernel's wait for it covers the rows and rotated queries the row kernel
+        # writes. The others (in most steps all of them: a decode row completes a unit once in
+        # 256 steps) end at once. Waiting, a store program holds an SM's whole register file
+        # (255 registers x 8 warps), which the page kernel's programs could not start beside.
         gdc_launch_dependents()
-        gdc_wait()
-    if (qlen <= 0) | (i >= n_new):
+        if (idle == 0) | ((row == row0) & (h == 0) & (i == 0)):
+            gdc_wait()
+    if idle:
         return
     # The old window's rows live in pages first .. first + WINDOW_PAGES - 1, block first + j's in
     # pages first + j, first + j + UNIT_BLOCKS, ... (s4kv.format.window_page). The page an old block
