@@ -652,7 +652,10 @@ PAGE_HEADS = 8
 # page, fewer barriers) and the pages' score bounds as the running max were 2-150% slower on the
 # H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/). PREFETCH_PAGES (0 = off): each
 # page program asks L2 for its first pages before it waits for the kernels before it
-# (_prefetch_pages): an option, off until a GPU has timed it beside programmatic_rows.
+# (_prefetch_pages): an option, off. With programmatic_rows it took an H100's 32k x 8 decode step no
+# further than programmatic_rows alone (0.6-0.8% less GPU busy time, 2026-12-06,
+# docs/results/gpu-h100-2026-12-06-prefetch-pages/), while the block store's waiting programs held
+# half the SMs; since then they do not, which has not been timed.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0}
 

@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, third session: on the H100 the reduction's
-# partials as 64-row tiles, one program per (row, kv head), took 1.0 / 0.9 / 1.5 us per layer off the
-# decode call at 1k x 64 / 8k x 32 / 32k x 8 and are the default; fp16 operands were 0.4-0.7 us slower
-# and stay off; end to end 1.13x / 1.42x / 1.42x / 3.78x bf16, and on the H100 1.5x at 32k x 8 sits at
-# the KV bytes' copy time: docs/results/gpu-h100-2026-12-06-reduce-tile/). In order:
-#  0. the bundle (step 1b) and `bash tools/gpu/run-on-device.sh --detach tests`, then `collect`
-#     (315 s on the H100 with a cold cache): test_peaky_queries_against_reference now checks the
-#     kernel against the row recomputed with its own operand roundings (tests/operand_roundings.py,
-#     docs/results/cpu-2026-12-06-operand-reference/) and has not run on a GPU; the bf16 cases failed
-#     against the plain reference (1.12e-2 / 1.90e-2) twice.
-#     Then, in one call (about 5 min, with the bundle): the row kernel and the block store launched
-#     programmatically before the page kernel ({"decode-grid": {"pdl_rows": true}}, an option, off;
-#     its GPU tests are the `programmatic-rows` launch variant and CUDA-graph replay) against the
-#     default, an engine's steady decode step each (tools/gpu/profile_decode.py), twice, alternating:
-#       echo '[{"kernel":"decode-grid","head_size":0,"options":{"pdl_rows":true}}]' >/root/pr.json
-#       for i in 1 2; do for c in default pr; do [ $c = pr ] && export S4KV_KERNEL_CONFIG=/root/pr.json || unset S4KV_KERNEL_CONFIG
-#         python3 tools/gpu/profile_decode.py --kv int4_kivi --context 32511 --batch 8 --steps 32 --json $OUT/$c-$i.json; done; done
-#     Ship it if the step is shorter in both passes.
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, fourth session: on the H100 the GPU kernel tests
+# passed at 15c1065, 162 of 163 with 1 skip, the rewritten peaky test among them; pdl_rows and pdl_rows
+# with the page programs' L2 prefetch (PREFETCH_PAGES 2) made an engine's 32k x 8 decode step 46-57 us
+# less busy (0.6-0.8%) and no shorter in wall time, because the block store's waiting programs (one per
+# SM, 64 of them) held half the SMs while the row kernel ran; since then only the storing programs and
+# program (0, 0, 0) wait: docs/results/gpu-h100-2026-12-06-prefetch-pages/). In order:
+#  0. the bundle (step 1b), then `bash tools/gpu/run-on-device.sh patch` (vLLM rejects int4_kivi
+#     without it) and the GPU tests, in one call (setup 75 s, tests 385 s on the H100, cold cache):
+#       cp .gpu/c7 /root/stage/ && bash .gpu/setup-on-device.sh && bash tools/gpu/run-on-device.sh patch tests
+#     the graph replay `programmatic-rows-prefetch-2-pages` checks the store's new wait (every row
+#     completes a unit there). Then, detached, the three configurations again with the store's change,
+#     three passes (about 70 s per engine on the H100, 9 engines; collect with a second call):
+#       PASSES="1 2 3" setsid nohup bash docs/results/gpu-h100-2026-12-06-prefetch-pages/run.sh /root/pfout >/root/pf.log 2>&1 </dev/null &
+#     (kill a stuck run with `pkill -f "^python3 tools/gpu/profile_decode"`: a pattern that matches the
+#     call's own command line kills the call). Judge on the GPU busy time per step and on the
+#     unprofiled wall time (profile_decode.py's `step_wall_unprofiled_us`); ship pdl_rows (and the
+#     prefetch) only if both are shorter in every pass.
 #     On an H200: issue 14's end to end first (step 2; its targets are set there; not measured with
 #     programmatic launch nor the reduction's tiles), then the kernel bench per layer (`kernels`).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:

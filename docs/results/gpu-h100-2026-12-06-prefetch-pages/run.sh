@@ -8,7 +8,7 @@
 #   prpf     pr, and each page program asks L2 for its first 2 pages before it waits for them
 #            ({"decode": {"PREFETCH_PAGES": 2}}, s4kv.kernels.decode._prefetch_pages)
 # Run from the repository root after the bundle's setup, detached (about 14 min):
-#   setsid nohup bash docs/results/gpu-2026-12-06-prefetch-pages/run.sh /root/pfout >/root/pf.log 2>&1 &
+#   setsid nohup bash docs/results/gpu-h100-2026-12-06-prefetch-pages/run.sh /root/pfout >/root/pf.log 2>&1 &
 # progress in /root/pfout/progress; each run's JSON and log in /root/pfout.
 set -u
 W=${1:-/root/pfout}
@@ -21,7 +21,6 @@ echo '[{"kernel": "decode-grid", "head_size": 0, "options": {"pdl_rows": true}},
  {"kernel": "decode", "head_size": 128, "options": {"PREFETCH_PAGES": 2}}]' >"$W/prpf.json"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch, triton, vllm; print(torch.__version__, triton.__version__, vllm.__version__)'
-  git log -1 --format=%H 2>/dev/null || true; } >"$W/versions.txt" 2>&1
 for pass in ${PASSES:-1 2}; do
   for c in ${CONFIGS:-default pr prpf}; do
     cfg=""; [ "$c" != default ] && cfg="$W/$c.json"
