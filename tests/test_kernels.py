@@ -653,6 +653,30 @@ def test_decode_bench_inputs_repeat_exactly_and_the_kernel_reads_them_as_the_ref
     assert err < TOL[torch.bfloat16], err
 
 
+def test_decode_bench_inputs_with_aliased_pages():
+    """s4kv.kernels.bench --alias-blocks: every row's complete pages point into one small pool (the
+    kernels then read data that stays in L2), each row keeps windows of its own, and the kernels
+    still read the cache as the PyTorch backend does."""
+    from s4kv.backend import torch_ops
+    from s4kv.kernels.bench import decode_inputs
+    from s4kv.kernels.decode import decode_attention
+
+    d, rows, context, pool = 64, 3, 3 * fmt.UNIT + 37, 4
+    q, k, v, regions, md = decode_inputs(context, rows, 7, 1, d, torch.bfloat16, device=DEVICE, alias_blocks=pool)
+    first_window = (context - 1) // fmt.UNIT * fmt.UNIT_BLOCKS
+    bt = md.block_table.cpu()
+    complete, windows = bt[:, :first_window], bt[:, first_window:]
+    assert complete.unique().numel() == pool
+    assert windows.unique().numel() == windows.numel()
+    assert not set(windows.flatten().tolist()) & set(complete.flatten().tolist())
+    out = torch.zeros(rows, 7, d, dtype=torch.float32, device=DEVICE)
+    decode_attention(q, quantize_rows(k, v), regions, md, rows, d ** -0.5, out, md.decode_splits)
+    ref = torch.zeros_like(out)
+    torch_ops.forward(q, k, v, regions, md, d ** -0.5, ref, store=False)
+    err = relative_error(out, ref)
+    assert err < TOL[torch.bfloat16], err
+
+
 def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
     """s4kv.kernels.bench times chunk attention on synthetic inputs (random pages, shuffled block
     table): they must be a state the kernels read like the PyTorch backend does, or the timing

@@ -115,12 +115,18 @@ def _fill_windows(regions, bt, first_block: int, d: int, dtype, gen) -> None:
 
 
 def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128, dtype=torch.bfloat16,
-                  device="cuda"):
+                  device="cuda", alias_blocks: int | None = None):
     """(q, k, v, regions, md) of `batch` decode rows at position context - 1: random int4 pages in a
     shuffled block table, windows of quantized tokens, launch shapes planned as for a captured
-    decode batch; the same tensors on every call (one seeded generator draws all of them)."""
+    decode batch; the same tensors on every call (one seeded generator draws all of them).
+
+    alias_blocks: the rows' complete pages all point into a pool of this many blocks (a row's window
+    pages stay its own), so that the same grid and the same instructions read a few MB that stay in
+    L2 instead of the whole KV from DRAM: what the page loop takes where memory is not what bounds it
+    (the H200 reads pages at 66% of its copy bandwidth where the H100 reads them at 83%, 2026-12-05)."""
     held = fmt.blocks_held(context, d, dtype.itemsize)
-    num_blocks = batch * held
+    first_window = (context - 1) // fmt.UNIT * fmt.UNIT_BLOCKS  # the row's first window page
+    num_blocks = batch * held if not alias_blocks else alias_blocks + batch * (held - first_window)
     gen = torch.Generator(device=device).manual_seed(0)
     regions = _random_pages(num_blocks, hkv, d, gen, device)
     q = torch.randn(batch, hq, d, dtype=dtype, device=device, generator=gen)
@@ -128,8 +134,13 @@ def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int =
     # from the seeded generator too: the new token's value is read at every point with a window
     v = torch.randn(k.shape, dtype=dtype, device=device, generator=gen)
     perm = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
-    bt = perm[: batch * held].view(batch, held).contiguous()
-    _fill_windows(regions, bt, (context - 1) // fmt.UNIT * fmt.UNIT_BLOCKS, d, dtype, gen)
+    if alias_blocks:
+        pool, windows = perm[:alias_blocks], perm[alias_blocks:].view(batch, held - first_window)
+        pages = pool[torch.arange(batch * first_window, device=device) % alias_blocks].view(batch, first_window)
+        bt = torch.cat([pages, windows], dim=1).contiguous()
+    else:
+        bt = perm[: batch * held].view(batch, held).contiguous()
+    _fill_windows(regions, bt, first_window, d, dtype, gen)
     seq = torch.full((batch,), context, dtype=torch.int32, device=device)
     qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
     md = S4KVMetadata(batch, batch, 1, context, qsl, seq, bt, qsl.cpu(), seq.cpu())
@@ -139,18 +150,20 @@ def decode_inputs(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int =
 
 def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 128,
                dtype=torch.bfloat16, output: list | None = None, breakdown: bool = False,
-               flash: bool = True, layers: int = 1) -> dict:
+               flash: bool = True, layers: int = 1, alias_blocks: int | None = None) -> dict:
     """One (context, batch) point; `output`, when given, receives the attention output (fp32);
     `breakdown`: also each kernel's device time (row["kernels_ms"]); `flash`: also bf16
     FlashAttention on the same shape, when vLLM's is importable; `layers` > 1: also both per call
     with `layers` calls in one graph, each layer on its own cache (row["layers_ms"],
-    row["layers_step_ms"], row["flash_attn_bf16_layers_ms"]; _graph_time says why)."""
+    row["layers_step_ms"], row["flash_attn_bf16_layers_ms"]; _graph_time says why).
+    `alias_blocks`: decode_inputs' pool of complete pages, which the layers then share (to stay in
+    L2); "bandwidth" is then what the kernel would read from DRAM over its time, not what it did."""
     from s4kv.kernels.decode import decode_attention
     from s4kv.kernels.store import append_window, quantize_rows
 
     bs = fmt.BLOCK_SIZE
     lay = fmt.PageLayout(d)
-    q, k, v, regions, md = decode_inputs(context, batch, hq, hkv, d, dtype)
+    q, k, v, regions, md = decode_inputs(context, batch, hq, hkv, d, dtype, alias_blocks=alias_blocks)
     out = torch.empty(batch, hq, d, dtype=torch.float32, device="cuda")
     scale = d ** -0.5
     # this step's rows, quantized once per layer outside the attention call (as reshape_and_cache
@@ -172,7 +185,7 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
 
     ms = _graph_time(run)
     if layers > 1:
-        caches = [regions] + [regions.clone() for _ in range(layers - 1)]
+        caches = [regions] + [regions if alias_blocks else regions.clone() for _ in range(layers - 1)]
         layers_ms = _graph_time(*(lambda c=c: run(c) for c in caches))
         layers_step_ms = _graph_time(*(lambda c=c: step(c) for c in caches))
         del caches
@@ -182,6 +195,7 @@ def bench_case(context: int, batch: int, hq: int = 28, hkv: int = 4, d: int = 12
     window = context - pages * bs  # window rows, the token's own included
     read = batch * hkv * (pages * lay.region_bytes + window * (2 * d + 4)) + q.numel() * q.element_size()
     row = {"context": context, "batch": batch, "hq": hq, "hkv": hkv, "d": d, "splits": md.decode_splits,
+           "alias_blocks": alias_blocks,
            "ms": ms, "bytes_read": read, "bandwidth": read / (ms * 1e-3),
            "step_ms": _graph_time(step), "step_unfused_ms": _graph_time(step_unfused)}
     if layers > 1:
@@ -323,17 +337,24 @@ def main(argv=None) -> int:
                     help="also time the decode call and FlashAttention per call of this many layers' "
                          "calls in one CUDA graph, each layer on its own cache, as a model's step runs "
                          "them (default 8; 1: only the one-call graph)")
+    ap.add_argument("--alias-blocks", type=int, default=None,
+                    help="the rows' complete pages point into a pool of this many blocks, shared by the "
+                         "layers: the same kernels on data that stays in L2 (decode_inputs); "
+                         "FlashAttention is then left out")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     copy = copy_bandwidth()
     rows = []
-    print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s")
+    print(f"device {torch.cuda.get_device_name()}; copy bandwidth {copy / 1e12:.2f} TB/s"
+          + (f"; complete pages in a pool of {args.alias_blocks} blocks (L2): 'of copy' is what they would"
+             " read from DRAM over the time" if args.alias_blocks else ""))
     print(f"{'context':>8} {'batch':>6} {'splits':>6} {'us':>9} {'GB/s':>8} {'of copy':>8} {'FA bf16 us':>11} "
           f"{'step us':>8} {'unfused':>8}"
           + (f" | {args.layers} layers per graph: {'us':>6} {'of copy':>8} {'FA bf16 us':>11} {'step us':>8}"
              if args.layers > 1 else ""))
     for ctx, b in zip(map(int, args.contexts.split(",")), map(int, args.batches.split(","))):
-        r = bench_case(ctx, b, breakdown=args.breakdown, layers=args.layers)
+        r = bench_case(ctx, b, breakdown=args.breakdown, layers=args.layers, alias_blocks=args.alias_blocks,
+                       flash=not args.alias_blocks)
         r["copy_bandwidth"] = copy
         r["fraction_of_copy"] = r["bandwidth"] / copy
         if args.layers > 1:

@@ -18,6 +18,15 @@
 #     prefetch) only if both are shorter in every pass.
 #     On an H200: issue 14's end to end first (step 2; its targets are set there; not measured with
 #     programmatic launch nor the reduction's tiles), then the kernel bench per layer (`kernels`).
+#  0b. (no vLLM needed, about 2 min) the page loop where memory does not bound it: the same grid and
+#     instructions with every row's complete pages in a pool of 128 blocks (8.9 MB, stays in L2),
+#     beside the normal inputs, two passes:
+#       for i in 1 2; do for a in 0 128; do python3 -m s4kv.kernels.bench --contexts 8192,32768 --batches 32,8 \
+#         --breakdown $( [ $a = 0 ] || echo --alias-blocks $a ) --json $OUT/alias-$a-$i.json; done; done
+#     If the page kernel's time from L2 is close to its time from DRAM on the H100, the H100 is a
+#     testbed for what bounds it on the H200 (50.2 us at 32k x 8 there, 66% of that GPU's floor,
+#     2026-12-05): then the page-loop probes (step 1: noconst, all3, 43% fewer instructions) and any
+#     instruction cut are timed that way too (copy s4kv/kernels/bench.py into their trees).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
