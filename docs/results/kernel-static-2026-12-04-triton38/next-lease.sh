@@ -26,7 +26,9 @@
 #     If the page kernel's time from L2 is close to its time from DRAM on the H100, the H100 is a
 #     testbed for what bounds it on the H200 (50.2 us at 32k x 8 there, 66% of that GPU's floor,
 #     2026-12-05): then the page-loop probes (step 1: noconst, all3, 43% fewer instructions) and any
-#     instruction cut are timed that way too (copy s4kv/kernels/bench.py into their trees).
+#     instruction cut are timed that way too (copy s4kv/kernels/bench.py into their trees). L2 hits
+#     also return sooner than DRAM reads, so a loop bound by its loads' latency runs faster from L2
+#     than it would on the H200: what it shows bounds the instructions' share, not the H200's time.
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
