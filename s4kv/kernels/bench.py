@@ -1,7 +1,7 @@
 """Kernel-level benchmark of int4_kivi decode attention on a CUDA GPU.
 
     python -m s4kv.kernels.bench [--contexts 1024,8192,32768] [--batches 64,32,8] [--breakdown]
-                                 [--prefill-contexts 0,8192,30720 --chunk 2048] [--json OUT]
+                                 [--prefill-contexts 0,8192,30720 --chunk 2048] [--alias-blocks N] [--json OUT]
 
 For each (context, batch): fills a paged cache with random int4 pages (Qwen2.5-7B shape by default:
 28 query heads, 4 kv heads, head_dim 128), times one layer's decode attention (split-KV kernel +
@@ -15,7 +15,9 @@ their own (as before 2026-12-04, fourth session). Every row's window holds the c
 (serving's rows have 0..255; 32768 has none but its own token, 32704 has 192). With --breakdown, also each kernel's own
 device time (the profiler's, over eager calls) and what the graph replay spends beside them. With --prefill-contexts, also chunk (prefill) attention: one chunk of
 queries after a cached context (the stage kernel + FlashAttention over the staged pages), attention
-TFLOP/s, next to bf16 FlashAttention on a bf16 cache of the same shape.
+TFLOP/s, next to bf16 FlashAttention on a bf16 cache of the same shape. With --alias-blocks, the
+decode points' complete pages are a small pool that stays in L2 (decode_inputs): the kernels'
+time where DRAM does not bound them.
 """
 
 from __future__ import annotations
