@@ -134,11 +134,6 @@ def prefetch_ptx() -> str:
     return code_ptx.PREFETCH_L2
 
 
-@triton.constexpr_function
-def pow2_at_least(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
 @triton.jit
 def _prefetch_pages(cache_ptr, bt_row, page_lo, page_hi, head, stride_cb, PAGES: tl.constexpr,
                     REGION: tl.constexpr):
@@ -148,7 +143,7 @@ def _prefetch_pages(cache_ptr, bt_row, page_lo, page_hi, head, stride_cb, PAGES:
     page loop then finds these pages in L2. Lines only: nothing lands in registers or L1, so a page
     the block store writes meanwhile is read as written (L2 is coherent; s4kv.kernels.code_ptx)."""
     LINES: tl.constexpr = (REGION + 127) // 128
-    i = tl.arange(0, pow2_at_least(PAGES * LINES))
+    i = tl.arange(0, triton.next_power_of_2(PAGES * LINES))
     page = page_lo + i // LINES
     ok = (i < PAGES * LINES) & (page < page_hi)
     # a line not asked for repeats the split's first page's first line (in bounds, as _pages_partial's
