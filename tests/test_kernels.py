@@ -244,6 +244,12 @@ LAUNCH_VARIANTS = {
     "programmatic-rows-prefetch-1-page": {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
                                           ("decode", 64): {"PREFETCH_PAGES": 1},
                                           ("decode", 128): {"PREFETCH_PAGES": 1}},
+    # the page programs rotate their queries themselves; with the row kernel and the block store
+    # launched programmatically before them, only a split holding a unit completed this step waits
+    "rotate-in-pages": {("decode", 64): {"ROTATE_IN_PAGES": True}, ("decode", 128): {"ROTATE_IN_PAGES": True}},
+    "programmatic-rows-rotate-in-pages": {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
+                                          ("decode", 64): {"ROTATE_IN_PAGES": True},
+                                          ("decode", 128): {"ROTATE_IN_PAGES": True}},
     # stream order, the launch off sm90 and the option that turns programmatic launch off on sm90+
     "stream-order": {("decode-grid", 0): {"pdl": False}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
@@ -701,15 +707,18 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
                                     {("decode-grid", 0): {"pdl": True}},
                                     {("decode-grid", 0): {"pdl": True, "pdl_rows": True}},
                                     {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
-                                     ("decode", 128): {"PREFETCH_PAGES": 2}}],
+                                     ("decode", 128): {"PREFETCH_PAGES": 2}},
+                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
+                                     ("decode", 128): {"ROTATE_IN_PAGES": True}}],
                          ids=["stream-order", "programmatic-launch", "programmatic-rows",
-                              "programmatic-rows-prefetch-2-pages"])
+                              "programmatic-rows-prefetch-2-pages", "programmatic-rows-rotate-in-pages"])
 def test_decode_step_replays_in_a_cuda_graph(launch, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
     programmatic dependent launch, which a graph keeps as programmatic edges; with pdl_rows from
     the row kernel on, through the block store that completes a unit in every row, and with the
-    page programs prefetching their first pages meanwhile, the completed units' among them)."""
+    page programs prefetching their first pages meanwhile, the completed units' among them, or
+    rotating their queries themselves and waiting only where they read a unit completed that step)."""
     if launch[("decode-grid", 0)]["pdl"] and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
     _set_launch(monkeypatch, launch)

@@ -118,6 +118,22 @@ def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr
 
 
 @triton.jit
+def _rotated_query_tiles(q_row, stride_qh, rot_ptr, q_scale, heads, G: tl.constexpr, HALF: tl.constexpr,
+                         INV_SQRT_D: tl.constexpr, Q_DOT_DTYPE: tl.constexpr):
+    """The halves [G, HALF] (fp32) of `heads` (<= G) query heads from q_row on (stride_qh apart),
+    rotated and scaled as rotate_query_row writes them for the page kernel (the same operands and
+    tile shapes, so the same sums), for a page program that rotates its queries itself instead of
+    reading them (ROTATE_IN_PAGES)."""
+    g = tl.arange(0, G)
+    c = tl.arange(0, HALF)
+    g_ok = g < heads
+    x_lo = tl.load(q_row + g[:, None] * stride_qh + c[None, :], mask=g_ok[:, None], other=0.0)
+    x_hi = tl.load(q_row + g[:, None] * stride_qh + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, Q_DOT_DTYPE, INV_SQRT_D, False, False)
+    return y_lo * q_scale, y_hi * q_scale
+
+
+@triton.jit
 def _add2(a0, a1, b0, b1):
     return a0 + b0, a1 + b1
 
@@ -201,10 +217,13 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
                    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr,
+                   q_row, stride_qh, rot_ptr, q_scale, ROTATE: tl.constexpr, INV_SQRT_D: tl.constexpr,
+                   Q_DOT_DTYPE: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
-    partials of 2 * HALF values and of a (max, sum) pair).
+    partials of 2 * HALF values and of a (max, sum) pair). The rotated queries are read at qr_row,
+    or, with ROTATE, rotated here from the model's queries at q_row (_rotated_query_tiles).
 
     Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
     columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
@@ -216,8 +235,21 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
-    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
-    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    if ROTATE:
+        y_lo, y_hi = _rotated_query_tiles(q_row, stride_qh, rot_ptr, q_scale, heads, G, HALF, INV_SQRT_D,
+                                          Q_DOT_DTYPE)
+        # through this split's own partial (written again at the end, read after this kernel): loaded,
+        # they come in the layout the read queries have. Taken from the dots' layout instead, the
+        # page terms stayed in it: +66 instructions per warp and page (sm90, Qwen2.5-7B shape)
+        qo = o_ptr + g[:, None] * head_stride * (2 * HALF) + c[None, :]
+        tl.store(qo, y_lo, mask=g_ok[:, None])
+        tl.store(qo + HALF, y_hi, mask=g_ok[:, None])
+        tl.debug_barrier()
+        q_lo = tl.load(qo, mask=g_ok[:, None], other=0.0)
+        q_hi = tl.load(qo + HALF, mask=g_ok[:, None], other=0.0)
+    else:
+        q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
+        q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
     if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
         q_pow2 = fp16_query_scale(q_lo, q_hi)
         q_lo = q_lo / q_pow2[:, None]
@@ -304,6 +336,9 @@ def _decode_kernel(
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
+    # ROTATE_IN_PAGES: the page programs rotate their queries from the model's (q_ptr) themselves
+    q_ptr, stride_qt, stride_qh, rot_ptr, q_scale,
+    ROTATE_IN_PAGES: tl.constexpr, INV_SQRT_D: tl.constexpr, Q_DOT_DTYPE: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -361,15 +396,26 @@ def _decode_kernel(
                 _prefetch_pages(cache_ptr, block_table_ptr + row * stride_bt, page_lo,
                                 tl.minimum(page_lo + per_split, n_pages), h * stride_ch, stride_cb,
                                 PREFETCH_PAGES, layout(LAYOUT, "region_bytes"))
-        if PDL:  # launched while the rotation may still run: its queries are complete after this
-            gdc_wait()
+        if PDL:
+            if ROTATE_IN_PAGES:
+                # The queries are rotated below from the model's, complete before the layer's first
+                # kernel started. What else the kernels before this one write and a split reads: the
+                # pages of the unit this step's token completes (the block store writes them, in one
+                # step of UNIT). Only the splits holding one of them wait, so in most steps no page
+                # program waits for the row kernel or the store (with programmatic_rows).
+                if ((p + 1) % UNIT == 0) & (tl.minimum(page_lo + per_split, n_pages) > n_pages - UNIT // BS):
+                    gdc_wait()
+            else:  # launched while the rotation may still run: its queries are complete after this
+                gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
                        qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
                        part_o_ptr + (hq0 * parts + split) * (2 * HALF),
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX,
+                       q_ptr + q_start.to(tl.int64) * stride_qt + (h * GROUP + chunk * G_PAGES) * stride_qh,
+                       stride_qh, rot_ptr, q_scale, ROTATE_IN_PAGES, INV_SQRT_D, Q_DOT_DTYPE)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -650,9 +696,13 @@ PAGE_HEADS = 8
 # (_prefetch_pages): an option, off. With programmatic_rows it took an H100's 32k x 8 decode step no
 # further than programmatic_rows alone (0.6-0.8% less GPU busy time, 2026-12-06,
 # docs/results/gpu-h100-2026-12-06-prefetch-pages/), while the block store's waiting programs held
-# half the SMs; since then they do not, which has not been timed.
+# half the SMs; since then they do not, which has not been timed. ROTATE_IN_PAGES (off): each page
+# program rotates its queries from the model's itself (an 8 x 128 by 128 x 128 product) instead of
+# reading the row kernel's, so that with programmatic_rows it waits for the row kernel and the store
+# only in a step where its split holds the pages of a unit that step completes: the page loop then
+# runs beside the two kernels before it instead of after them. Not timed yet.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0}
+                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0, "ROTATE_IN_PAGES": False}
 
 
 def programmatic_launch(device) -> bool:
@@ -747,6 +797,8 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             CODE_DTYPE=tl_dtype(operands), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
             DOT_DTYPE=dot_dtype(operands), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
+            q_ptr=q, stride_qt=q.stride(0), stride_qh=q.stride(1), rot_ptr=rot, q_scale=sm_scale * LOG2E,
+            INV_SQRT_D=inv_sqrt_d, Q_DOT_DTYPE=dot_dtype(q.dtype),
             **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
