@@ -2,7 +2,7 @@
 # Issue 14, 2026-12-06 (fifth session). Run from the repository root after the bundle's setup and
 # `run-on-device.sh patch`, detached (about 20 min on an H100):
 #   setsid nohup bash docs/results/gpu-2026-12-06-rotate-in-pages/run.sh /root/rout >/root/r.log 2>&1 </dev/null &
-# progress in /root/rout/progress. Two parts, one after the other (nothing else on the GPU):
+# progress in /root/rout/progress. Three parts, one after the other (nothing else on the GPU):
 #
 # 1. An engine's decode step at 32,511 x 8 (Qwen2.5-7B shape, dummy weights, vLLM 0.24.0, CUDA graphs,
 #    prefix caching on; tools/gpu/profile_decode.py), one engine per run, configurations alternating:
@@ -59,6 +59,20 @@ for pass in 1 2; do
         --json "$W/alias-$tree-$a-$pass.json") >"$W/alias-$tree-$a-$pass.log" 2>&1
       echo "bench $tree alias $a pass $pass: exit $? after $((SECONDS - t0)) s" >>"$W/progress"
     done
+  done
+done
+# 3. The window programs' place in the grid at 32k x 8: 16 page splits give 512 page programs for the
+#    H100's 528 program slots (132 SMs x 4), so of the 64 window programs (launched last) 48 wait for
+#    page programs to end; 14 splits (448 + 64) fit in one wave with 19 pages instead of 16 in the
+#    longest page program. Kernel bench at 32,768 (no window) and 33,023 (254 window rows), alternating.
+echo '[{"kernel": "decode-grid", "head_size": 0, "options": {"max_splits": 14}}]' >"$W/splits14.json"
+for pass in 1 2; do
+  for c in default splits14; do
+    cfg=""; [ "$c" != default ] && cfg="$W/$c.json"
+    t0=$SECONDS
+    S4KV_KERNEL_CONFIG=$cfg timeout 200 python3 -m s4kv.kernels.bench --contexts 32768,33023 --batches 8,8 --breakdown \
+      --json "$W/splits-$c-$pass.json" >"$W/splits-$c-$pass.log" 2>&1
+    echo "bench $c pass $pass: exit $? after $((SECONDS - t0)) s" >>"$W/progress"
   done
 done
 echo done >>"$W/progress"
