@@ -47,6 +47,8 @@ from s4kv.kernels import (
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import (
     biased_code_operands,
+    byte_bias,
+    byte_code_operands,
     dot_precision,
     rotate_halves,
     rotate_with_tiles,
@@ -58,9 +60,12 @@ LOG2E = 1.4426950408889634
 
 
 @triton.constexpr_function
-def code_bias(code_dtype) -> float:
+def code_bias(code_dtype, byte_codes: bool = False) -> float:
     """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
-    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
+    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), or of whole code bytes (BYTE_CODES: BYTE_BIAS),
+    read at compile time."""
+    if byte_codes:
+        return byte_bias()
     return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
@@ -185,18 +190,28 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 @triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
-               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
+               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
+               BYTE_CODES: tl.constexpr):
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
     the scores' per-head constant, the first token's exact score, the first value's high-nibble
-    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
+    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads).
+    BYTE_CODES: the dot operands and first-value terms for whole code bytes and low nibbles
+    instead of the two halves' nibbles (s4kv.kernels.quant.byte_code_operands)."""
     region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
     # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
     # the dots run on the biased codes, the rest is one constant per query head
-    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    if BYTE_CODES:
+        # x . low + y . high = (16 * high + low) . y / 16 + low . (x - y / 16), x and y the halves'
+        # q * s: the whole bytes' operand is y / 16 (exact), the low nibbles' x - y / 16
+        y16 = q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :] * 0.0625
+        qk_lo = y16.to(DOT_DTYPE)
+        qk_hi = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :] - y16).to(DOT_DTYPE)
+    else:
+        qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+        qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                      - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
@@ -208,6 +223,8 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
     fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
+    if BYTE_CODES:  # the whole bytes' accumulator holds 16 * high + low, the low nibbles' low
+        fv_lo, fv_hi = fv_lo + 16.0 * fv_hi, fv_lo
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
@@ -219,11 +236,14 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
                    DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr,
                    q_row, stride_qh, rot_ptr, q_scale, ROTATE: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   Q_DOT_DTYPE: tl.constexpr):
+                   Q_DOT_DTYPE: tl.constexpr, BYTE_CODES: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
     partials of 2 * HALF values and of a (max, sum) pair). The rotated queries are read at qr_row,
     or, with ROTATE, rotated here from the model's queries at q_row (_rotated_query_tiles).
+    BYTE_CODES: the codes as whole bytes and low nibbles (s4kv.kernels.quant.byte_code_operands),
+    fp16 operands: acc_lo / acc_hi hold the two operands' sums until the halves are taken apart
+    after the loop.
 
     Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
     columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
@@ -270,7 +290,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
         region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
-            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, BYTE_CODES)
         if DOT_DTYPE == tl.float16:
             s_const = s_const * q_pow2
             s_first = s_first * q_pow2
@@ -278,7 +298,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
             kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            if BYTE_CODES:
+                k_lo, k_hi = byte_code_operands(kc, USE_PTX)
+            else:
+                k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
             s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
             if DOT_DTYPE == tl.float16:
@@ -302,7 +325,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             l_tile = l_tile * alpha[None, :] + pr
             ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
             vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            if BYTE_CODES:
+                v_lo, v_hi = byte_code_operands(vc, USE_PTX)
+            else:
+                v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
             acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
             if sub == 0:  # the first value's high nibbles
@@ -310,8 +336,11 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                 acc_hi += fv_hi[:, None] * p_first[None, :]
             m_i = m_new
     l_i, p_sum = tl.reduce((l_tile, ps_tile), 0, _add2)
-    acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
-    acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
+    if BYTE_CODES:  # acc_lo: sum of (B + 16 * high + low) * p * s, acc_hi: of (B + low) * p * s
+        acc_lo, acc_hi = acc_hi - (CODE_BIAS + 7.5) * p_sum[None, :], (acc_lo - acc_hi) * 0.0625 - 7.5 * p_sum[None, :]
+    else:
+        acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
+        acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
     o = o_ptr + g[None, :] * head_stride * (2 * HALF)
     tl.store(o + c[:, None], acc_lo, mask=g_ok[None, :])
     tl.store(o + HALF + c[:, None], acc_hi, mask=g_ok[None, :])
@@ -339,11 +368,12 @@ def _decode_kernel(
     # ROTATE_IN_PAGES: the page programs rotate their queries from the model's (q_ptr) themselves
     q_ptr, stride_qt, stride_qh, rot_ptr, q_scale,
     ROTATE_IN_PAGES: tl.constexpr, INV_SQRT_D: tl.constexpr, Q_DOT_DTYPE: tl.constexpr,
+    BYTE_CODES: tl.constexpr,  # whole code bytes as fp16 operands (_pages_partial); DOT_DTYPE fp16
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
     HEAD_CHUNKS: tl.constexpr = (GROUP + G_PAGES - 1) // G_PAGES
-    CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE)
+    CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE, BYTE_CODES)
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
@@ -415,7 +445,7 @@ def _decode_kernel(
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
                        K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX,
                        q_ptr + q_start.to(tl.int64) * stride_qt + (h * GROUP + chunk * G_PAGES) * stride_qh,
-                       stride_qh, rot_ptr, q_scale, ROTATE_IN_PAGES, INV_SQRT_D, Q_DOT_DTYPE)
+                       stride_qh, rot_ptr, q_scale, ROTATE_IN_PAGES, INV_SQRT_D, Q_DOT_DTYPE, BYTE_CODES)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -702,7 +732,8 @@ PAGE_HEADS = 8
 # only in a step where its split holds the pages of a unit that step completes: the page loop then
 # runs beside the two kernels before it instead of after them. Not timed yet.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0, "ROTATE_IN_PAGES": False}
+                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0, "ROTATE_IN_PAGES": False,
+                   "BYTE_CODES": False}
 
 
 def programmatic_launch(device) -> bool:
@@ -780,7 +811,10 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
-    operands = page_operand_dtype(q.dtype)
+    page_opts = {**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)}
+    # whole code bytes need fp16 operands (1024..1279 exact); an fp32 model keeps its fp32 operands
+    page_opts["BYTE_CODES"] = bool(page_opts["BYTE_CODES"]) and q.dtype != torch.float32
+    operands = torch.float16 if page_opts["BYTE_CODES"] else page_operand_dtype(q.dtype)
     if not queries_rotated:
         _rotate_queries_kernel[(num_decodes, hkv)](
             q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
@@ -798,8 +832,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             DOT_DTYPE=dot_dtype(operands), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
             q_ptr=q, stride_qt=q.stride(0), stride_qh=q.stride(1), rot_ptr=rot, q_scale=sm_scale * LOG2E,
-            INV_SQRT_D=inv_sqrt_d, Q_DOT_DTYPE=dot_dtype(q.dtype),
-            **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
+            INV_SQRT_D=inv_sqrt_d, Q_DOT_DTYPE=dot_dtype(q.dtype), **page_opts,
             **({"launch_pdl": True} if pdl else {}),
         )
     reduce_opts = {**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)}

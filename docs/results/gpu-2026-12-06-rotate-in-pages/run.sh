@@ -47,6 +47,7 @@ if [ -z "${SKIP_ENGINES:-}" ]; then
     done
   done
 fi
+[ -n "${ENGINES_ONLY:-}" ] && { echo done >>"$W/progress"; exit 0; }
 for pass in 1 2; do
   for tree in cur noconst all3; do
     dir=$PWD; [ $tree != cur ] && dir=$PWD/.gpu/probes-head/$tree
