@@ -16,7 +16,7 @@ import torch
 if not torch.cuda.is_available():  # importing s4kv.kernels imports Triton, which reads this once
     os.environ["TRITON_INTERPRET"] = "1"
 
-from s4kv.kernels.code_ptx import BYTE_BIAS, BYTE_PTX, CODE_BIAS, FP16_SATFINITE, LOW_OF_BYTE_PTX, unpack_ptx
+from s4kv.kernels.code_ptx import CODE_BIAS, FP16_SATFINITE, unpack_ptx
 
 MASK = 0xFFFFFFFF
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -102,21 +102,6 @@ def test_every_code_byte_unpacks_exactly(dtype, half):
             assert torch.equal(got, nibbles + CODE_BIAS[dtype]), (dtype, half, data, got)
 
 
-def test_every_code_byte_becomes_its_whole_byte_and_its_low_nibble():
-    # BYTE_CODES: BYTE_PTX gives BYTE_BIAS + b for 4 bytes (2 fp16 per register), LOW_OF_BYTE_PTX takes
-    # those two registers and gives BYTE_BIAS + low, both in byte order
-    for value in range(256):
-        for rot in range(4):
-            data = [(value + 0x35 * ((i + rot) % 4)) % 256 for i in range(4)]
-            whole = run_ptx(BYTE_PTX, {"$2": int.from_bytes(bytes(data), "little")})
-            low = run_ptx(LOW_OF_BYTE_PTX, {"$2": whole["$0"], "$3": whole["$1"]})
-            codes = torch.tensor(data, dtype=torch.float64)
-            got_whole = torch.cat([_lanes(whole["$0"], torch.float16), _lanes(whole["$1"], torch.float16)])
-            got_low = torch.cat([_lanes(low["$0"], torch.float16), _lanes(low["$1"], torch.float16)])
-            assert torch.equal(got_whole, codes + BYTE_BIAS), (data, got_whole)
-            assert torch.equal(got_low, codes.remainder(16) + BYTE_BIAS), (data, got_low)
-
-
 def test_input_is_read_before_any_output_is_written():
     # "=r" outputs may share the input's register: the programs must finish reading $2 first
     for dtype in DTYPES:
@@ -125,11 +110,6 @@ def test_input_is_read_before_any_output_is_written():
             last_read = max(i for i, ln in enumerate(lines) if "$2" in ln)
             first_write = min(i for i, ln in enumerate(lines) if re.match(r"\s*\S+\s+\$[01],", ln))
             assert last_read < first_write, (dtype, half)
-    for program in (BYTE_PTX, LOW_OF_BYTE_PTX):
-        lines = [ln for ln in program.splitlines() if ln.strip()]
-        last_read = max(i for i, ln in enumerate(lines) if re.search(r"\$[23]", ln))
-        first_write = min(i for i, ln in enumerate(lines) if re.match(r"\s*\S+\s+\$[01],", ln))
-        assert last_read <= first_write, program  # (one instruction reads its sources before it writes)
 
 
 def test_seven_instructions_per_eight_codes():
@@ -139,14 +119,6 @@ def test_seven_instructions_per_eight_codes():
         ops = [ln for half in ("lo", "hi") for ln in unpack_ptx(dtype, half).splitlines()
                if ln.strip() and not ln.startswith((".reg", "mov.b32 hb", "{", "}"))]
         assert len(ops) == 7, (dtype, ops)
-
-
-def test_four_instructions_per_eight_codes_as_whole_bytes():
-    # BYTE_CODES: both operands of 4 bytes (their 8 codes), B's register set once outside the loop and
-    # the temporaries' moves allocated away
-    ops = [ln for p in (BYTE_PTX, LOW_OF_BYTE_PTX) for ln in p.splitlines()
-           if ln.strip() and not ln.startswith((".reg", "mov.b32", "{", "}"))]
-    assert len(ops) == 4, ops
 
 
 def test_emulator_prmt_and_lanes():

@@ -86,11 +86,23 @@ def test_store_matches_format(dtype, d):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("hq,hkv,d", [(4, 4, 64), (8, 2, 128), (7, 1, 64)])
 def test_mixed_batches_against_reference(dtype, hq, hkv, d):
-    e = _engine(hq, hkv, d, dtype)
+    _check_mixed_batches(_engine(hq, hkv, d, dtype), TOL[dtype])
+
+
+def test_mixed_batches_with_programmatic_rows(monkeypatch):
+    """The same steps with the row kernel and the block store launched programmatically
+    (s4kv.kernels.decode.programmatic_rows, an option, off): decode rows beside chunk rows, whose
+    staged queries the row kernel also writes, and decode rows completing their units."""
+    if not _HOPPER:
+        pytest.skip("programmatic dependent launch runs on sm90+ GPUs only (it is off elsewhere)")
+    _set_launch(monkeypatch, {("decode-grid", 0): {"pdl": True, "pdl_rows": True}})
+    _check_mixed_batches(_engine(7, 1, 128, torch.bfloat16), TOL[torch.bfloat16])
+
+
+def _check_mixed_batches(e, tol):
     e.add("a", 420)
     e.add("b", 300)
     e.add("c", 210)
-    tol = TOL[dtype]
     check(e, e.step([("a", 200), ("b", 77)]), tol)  # chunks crossing block boundaries, odd lengths
     check(e, e.step([("b", 1), ("a", 150), ("c", 129)]), tol)  # decode row + chunk rows
     check(e, e.step([("b", 1), ("c", 1), ("a", 1)]), tol)  # pure decode
@@ -237,21 +249,6 @@ LAUNCH_VARIANTS = {
     "programmatic-launch": {("decode-grid", 0): {"pdl": True}},
     # the row kernel and the block store before the page kernel too (sm90+ only; an option, off)
     "programmatic-rows": {("decode-grid", 0): {"pdl": True, "pdl_rows": True}},
-    # the page programs' first 2 pages asked of L2 before they wait, alone and with the row kernel
-    # and the block store launched programmatically before them (the prefetch then overlaps those
-    # two; a page the store completes is prefetched while it is written: L2 keeps it coherent)
-    "prefetch-2-pages": {("decode", 64): {"PREFETCH_PAGES": 2}, ("decode", 128): {"PREFETCH_PAGES": 2}},
-    "programmatic-rows-prefetch-1-page": {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
-                                          ("decode", 64): {"PREFETCH_PAGES": 1},
-                                          ("decode", 128): {"PREFETCH_PAGES": 1}},
-    # the page programs rotate their queries themselves; with the row kernel and the block store
-    # launched programmatically before them, only a split holding a unit completed this step waits
-    "rotate-in-pages": {("decode", 64): {"ROTATE_IN_PAGES": True}, ("decode", 128): {"ROTATE_IN_PAGES": True}},
-    "programmatic-rows-rotate-in-pages": {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
-                                          ("decode", 64): {"ROTATE_IN_PAGES": True},
-                                          ("decode", 128): {"ROTATE_IN_PAGES": True}},
-    # whole code bytes and low nibbles as fp16 operands (4 instead of 7 unpack instructions per 8 codes)
-    "byte-codes": {("decode", 64): {"BYTE_CODES": True}, ("decode", 128): {"BYTE_CODES": True}},
     # stream order, the launch off sm90 and the option that turns programmatic launch off on sm90+
     "stream-order": {("decode-grid", 0): {"pdl": False}},
     # the window's programs and tiles: 130 rows in one program of 32-row tiles (the default until
@@ -277,7 +274,7 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("operands", ["model", "fp16", "bytes"])
+@pytest.mark.parametrize("operands", ["model", "fp16"])
 @pytest.mark.parametrize("q_scale", [1, 8, 16])
 def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     """Queries 1x, 8x and 16x larger: scores spread over hundreds of log2 units, so that most pages'
@@ -293,10 +290,6 @@ def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     bound of the reference itself (emulated 9.6e-4 / 6.6e-4 at 8x / 16x)."""
     if operands == "fp16":
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
-    if operands == "bytes":  # whole code bytes (BYTE_CODES): fp16 operands of another split, the reference's bound
-        _set_launch(monkeypatch, {("decode", 64): {"BYTE_CODES": True}})
-        _check_scaled_decode_row(torch.bfloat16, q_scale)
-        return
     _check_scaled_decode_row(torch.bfloat16, q_scale, operand_roundings=True, reference=operands == "fp16")
 
 
@@ -711,20 +704,13 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("launch", [{("decode-grid", 0): {"pdl": False}},
                                     {("decode-grid", 0): {"pdl": True}},
-                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True}},
-                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
-                                     ("decode", 128): {"PREFETCH_PAGES": 2}},
-                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True},
-                                     ("decode", 128): {"ROTATE_IN_PAGES": True}}],
-                         ids=["stream-order", "programmatic-launch", "programmatic-rows",
-                              "programmatic-rows-prefetch-2-pages", "programmatic-rows-rotate-in-pages"])
+                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True}}],
+                         ids=["stream-order", "programmatic-launch", "programmatic-rows"])
 def test_decode_step_replays_in_a_cuda_graph(launch, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
     programmatic dependent launch, which a graph keeps as programmatic edges; with pdl_rows from
-    the row kernel on, through the block store that completes a unit in every row, and with the
-    page programs prefetching their first pages meanwhile, the completed units' among them, or
-    rotating their queries themselves and waiting only where they read a unit completed that step)."""
+    the row kernel on, through the block store that completes a unit in every row)."""
     if launch[("decode-grid", 0)]["pdl"] and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
     _set_launch(monkeypatch, launch)

@@ -32,8 +32,7 @@ layout = triton.constexpr_function(fmt.layout_value)
 
 def ptx_digest() -> str:
     """A digest of the kernels' inline PTX texts and code biases (s4kv.kernels.code_ptx)."""
-    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE, code_ptx.PREFETCH_L2,
-              code_ptx.BYTE_BIAS, code_ptx.BYTE_PTX, code_ptx.LOW_OF_BYTE_PTX)
+    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE)
     return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
 
 

@@ -38,30 +38,11 @@ def unpack_ptx(dtype: str, half: str) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-# Whole code bytes (the decode page loop's BYTE_CODES option): a byte b = 16 * high + low becomes the
-# fp16 BYTE_BIAS + b (0x64 is the high byte of 1024, where fp16's ulp is 1: 1024..1279 are exact),
-# prmt interleaving the bytes with 0x64 as above, and from that operand the low nibble alone,
-# BYTE_BIAS + low, by clearing the high nibble's 4 mantissa bits: 2 + 2 instructions per 8 codes
-# (4 codes of each half) instead of 7. The page loop's dots then give each channel's 16 * high + low
-# and low, from which it takes the two halves apart (s4kv.kernels.decode).
-BYTE_BIAS = 1024.0
-# Both read every input before they write an output (an output may share an input's register): the
-# first result goes through a temporary, which ptxas allocates away.
-BYTE_PTX = "{\n.reg .b32 hb, t;\nmov.b32 hb, 0x64646464;\nprmt.b32 t, $2, hb, 0x4140;\nprmt.b32 $1, $2, hb, 0x4342;\nmov.b32 $0, t;\n}"
-# $2, $3: the 4 fp16 operands of BYTE_PTX's outputs (2 per register, element order = byte order)
-LOW_OF_BYTE_PTX = "{\n.reg .b32 t;\nand.b32 t, $2, 0xFF0FFF0F;\nand.b32 $1, $3, 0xFF0FFF0F;\nmov.b32 $0, t;\n}"
-
 # fp32 pair -> fp16 pair, rounded to nearest, clamped to +-65504, NaN kept: what clamp_fp16(x).to(fp16)
 # gives (a value that rounds past 65504 is clamped before or after rounding alike), one conversion per
 # two elements instead of a compare, a min and a select per element. Triton hands a pack of two
 # elements over as $1, $2 in element order; cvt puts its first source in the high half, so $2 goes first.
 FP16_SATFINITE = "cvt.rn.satfinite.f16x2.f32 $0, $2, $1;"
-
-# One 128-byte line at address $1 into L2 (no register written but the dummy $0, which inline asm needs;
-# sm80+). The decode page programs issue it for their first pages before they wait for the kernel
-# before them (s4kv.kernels.decode._prefetch_pages): L2 is where the SMs' global memory is coherent,
-# so a line fetched early is never stale, unlike one fetched into L1.
-PREFETCH_L2 = "prefetch.global.L2 [$1];\nmov.u32 $0, 0;"
 
 # every unpack_ptx string, for the kernels' constexpr functions (s4kv.kernels.quant.unpack_asm), which
 # may read module attributes but not call plain functions

@@ -32,7 +32,6 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from s4kv import format as fmt
 from s4kv.kernels import (
     capability_major,
-    code_ptx,
     compile_env,
     dot_dtype,
     interpreted,
@@ -47,8 +46,6 @@ from s4kv.kernels import (
 from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import (
     biased_code_operands,
-    byte_bias,
-    byte_code_operands,
     dot_precision,
     rotate_halves,
     rotate_with_tiles,
@@ -60,12 +57,9 @@ LOG2E = 1.4426950408889634
 
 
 @triton.constexpr_function
-def code_bias(code_dtype, byte_codes: bool = False) -> float:
+def code_bias(code_dtype) -> float:
     """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
-    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), or of whole code bytes (BYTE_CODES: BYTE_BIAS),
-    read at compile time."""
-    if byte_codes:
-        return byte_bias()
+    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
     return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
@@ -123,22 +117,6 @@ def _rotate_queries_kernel(q_ptr, stride_qt, stride_qh, qsl_ptr, qr_ptr, rot_ptr
 
 
 @triton.jit
-def _rotated_query_tiles(q_row, stride_qh, rot_ptr, q_scale, heads, G: tl.constexpr, HALF: tl.constexpr,
-                         INV_SQRT_D: tl.constexpr, Q_DOT_DTYPE: tl.constexpr):
-    """The halves [G, HALF] (fp32) of `heads` (<= G) query heads from q_row on (stride_qh apart),
-    rotated and scaled as rotate_query_row writes them for the page kernel (the same operands and
-    tile shapes, so the same sums), for a page program that rotates its queries itself instead of
-    reading them (ROTATE_IN_PAGES)."""
-    g = tl.arange(0, G)
-    c = tl.arange(0, HALF)
-    g_ok = g < heads
-    x_lo = tl.load(q_row + g[:, None] * stride_qh + c[None, :], mask=g_ok[:, None], other=0.0)
-    x_hi = tl.load(q_row + g[:, None] * stride_qh + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-    y_lo, y_hi = rotate_halves(x_lo, x_hi, rot_ptr, HALF, Q_DOT_DTYPE, INV_SQRT_D, False, False)
-    return y_lo * q_scale, y_hi * q_scale
-
-
-@triton.jit
 def _add2(a0, a1, b0, b1):
     return a0 + b0, a1 + b1
 
@@ -147,31 +125,6 @@ def _add2(a0, a1, b0, b1):
 def _page_region(cache_ptr, bt_row, page, head, stride_cb):
     """Page `page` of the row's block table: its (block, kv head) region's first byte."""
     return cache_ptr + tl.load(bt_row + page).to(tl.int64) * stride_cb + head
-
-
-@triton.constexpr_function
-def prefetch_ptx() -> str:
-    """s4kv.kernels.code_ptx.PREFETCH_L2, for inline_asm_elementwise."""
-    return code_ptx.PREFETCH_L2
-
-
-@triton.jit
-def _prefetch_pages(cache_ptr, bt_row, page_lo, page_hi, head, stride_cb, PAGES: tl.constexpr,
-                    REGION: tl.constexpr):
-    """Ask L2 for the 128-byte lines of the first PAGES pages of page_lo..page_hi-1 (their (block, kv
-    head) regions, REGION bytes each) and go on without waiting. A page program issues it before it
-    waits for the kernels before it (gdc_wait): while they run, the memory system is idle, and the
-    page loop then finds these pages in L2. Lines only: nothing lands in registers or L1, so a page
-    the block store writes meanwhile is read as written (L2 is coherent; s4kv.kernels.code_ptx)."""
-    LINES: tl.constexpr = (REGION + 127) // 128
-    i = tl.arange(0, triton.next_power_of_2(PAGES * LINES))
-    page = page_lo + i // LINES
-    ok = (i < PAGES * LINES) & (page < page_hi)
-    # a line not asked for repeats the split's first page's first line (in bounds, as _pages_partial's
-    # empty-split rule: every decode row holds a page 0)
-    block = tl.load(bt_row + tl.where(ok, page, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0))))
-    line = cache_ptr + block.to(tl.int64) * stride_cb + head + tl.where(ok, i % LINES, 0) * 128
-    tl.inline_asm_elementwise(prefetch_ptx(), "=r,l", [line], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -190,28 +143,18 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 @triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
-               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-               BYTE_CODES: tl.constexpr):
+               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
     the scores' per-head constant, the first token's exact score, the first value's high-nibble
-    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads).
-    BYTE_CODES: the dot operands and first-value terms for whole code bytes and low nibbles
-    instead of the two halves' nibbles (s4kv.kernels.quant.byte_code_operands)."""
+    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
     region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
     # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
     # the dots run on the biased codes, the rest is one constant per query head
-    if BYTE_CODES:
-        # x . low + y . high = (16 * high + low) . y / 16 + low . (x - y / 16), x and y the halves'
-        # q * s: the whole bytes' operand is y / 16 (exact), the low nibbles' x - y / 16
-        y16 = q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :] * 0.0625
-        qk_lo = y16.to(DOT_DTYPE)
-        qk_hi = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :] - y16).to(DOT_DTYPE)
-    else:
-        qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-        qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                      - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
@@ -223,8 +166,6 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
     fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-    if BYTE_CODES:  # the whole bytes' accumulator holds 16 * high + low, the low nibbles' low
-        fv_lo, fv_hi = fv_lo + 16.0 * fv_hi, fv_lo
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
@@ -234,16 +175,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
                    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr,
-                   q_row, stride_qh, rot_ptr, q_scale, ROTATE: tl.constexpr, INV_SQRT_D: tl.constexpr,
-                   Q_DOT_DTYPE: tl.constexpr, BYTE_CODES: tl.constexpr):
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
-    partials of 2 * HALF values and of a (max, sum) pair). The rotated queries are read at qr_row,
-    or, with ROTATE, rotated here from the model's queries at q_row (_rotated_query_tiles).
-    BYTE_CODES: the codes as whole bytes and low nibbles (s4kv.kernels.quant.byte_code_operands),
-    fp16 operands: acc_lo / acc_hi hold the two operands' sums until the halves are taken apart
-    after the loop.
+    partials of 2 * HALF values and of a (max, sum) pair).
 
     Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
     columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
@@ -255,21 +190,8 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
-    if ROTATE:
-        y_lo, y_hi = _rotated_query_tiles(q_row, stride_qh, rot_ptr, q_scale, heads, G, HALF, INV_SQRT_D,
-                                          Q_DOT_DTYPE)
-        # through this split's own partial (written again at the end, read after this kernel): loaded,
-        # they come in the layout the read queries have. Taken from the dots' layout instead, the
-        # page terms stayed in it: +66 instructions per warp and page (sm90, Qwen2.5-7B shape)
-        qo = o_ptr + g[:, None] * head_stride * (2 * HALF) + c[None, :]
-        tl.store(qo, y_lo, mask=g_ok[:, None])
-        tl.store(qo + HALF, y_hi, mask=g_ok[:, None])
-        tl.debug_barrier()
-        q_lo = tl.load(qo, mask=g_ok[:, None], other=0.0)
-        q_hi = tl.load(qo + HALF, mask=g_ok[:, None], other=0.0)
-    else:
-        q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
-        q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
+    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
     if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
         q_pow2 = fp16_query_scale(q_lo, q_hi)
         q_lo = q_lo / q_pow2[:, None]
@@ -290,7 +212,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
         region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
-            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, BYTE_CODES)
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
         if DOT_DTYPE == tl.float16:
             s_const = s_const * q_pow2
             s_first = s_first * q_pow2
@@ -298,10 +220,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
             kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-            if BYTE_CODES:
-                k_lo, k_hi = byte_code_operands(kc, USE_PTX)
-            else:
-                k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
             s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
             if DOT_DTYPE == tl.float16:
@@ -325,10 +244,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             l_tile = l_tile * alpha[None, :] + pr
             ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
             vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-            if BYTE_CODES:
-                v_lo, v_hi = byte_code_operands(vc, USE_PTX)
-            else:
-                v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
             acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
             if sub == 0:  # the first value's high nibbles
@@ -336,11 +252,8 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                 acc_hi += fv_hi[:, None] * p_first[None, :]
             m_i = m_new
     l_i, p_sum = tl.reduce((l_tile, ps_tile), 0, _add2)
-    if BYTE_CODES:  # acc_lo: sum of (B + 16 * high + low) * p * s, acc_hi: of (B + low) * p * s
-        acc_lo, acc_hi = acc_hi - (CODE_BIAS + 7.5) * p_sum[None, :], (acc_lo - acc_hi) * 0.0625 - 7.5 * p_sum[None, :]
-    else:
-        acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
-        acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
+    acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
+    acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
     o = o_ptr + g[None, :] * head_stride * (2 * HALF)
     tl.store(o + c[:, None], acc_lo, mask=g_ok[None, :])
     tl.store(o + HALF + c[:, None], acc_hi, mask=g_ok[None, :])
@@ -364,16 +277,12 @@ def _decode_kernel(
     LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
-    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
-    # ROTATE_IN_PAGES: the page programs rotate their queries from the model's (q_ptr) themselves
-    q_ptr, stride_qt, stride_qh, rot_ptr, q_scale,
-    ROTATE_IN_PAGES: tl.constexpr, INV_SQRT_D: tl.constexpr, Q_DOT_DTYPE: tl.constexpr,
-    BYTE_CODES: tl.constexpr,  # whole code bytes as fp16 operands (_pages_partial); DOT_DTYPE fp16
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
     HEAD_CHUNKS: tl.constexpr = (GROUP + G_PAGES - 1) // G_PAGES
-    CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE, BYTE_CODES)
+    CODE_BIAS: tl.constexpr = code_bias(CODE_DTYPE)
     BS: tl.constexpr = layout(LAYOUT, "block_size")
     UNIT: tl.constexpr = layout(LAYOUT, "unit")
     HALF: tl.constexpr = layout(LAYOUT, "half")
@@ -421,31 +330,15 @@ def _decode_kernel(
         page_lo = split * per_split
         # partials of query head hq and split s at (hq * parts + s); this chunk's first head
         hq0 = row * (GROUP * hkv) + h * GROUP + chunk * G_PAGES
-        if PREFETCH_PAGES > 0:  # noqa: SIM102 (the block table is the engine's input, final before the layer)
-            if USE_PTX:  # (the interpreter runs no inline PTX; a prefetch changes no value)
-                _prefetch_pages(cache_ptr, block_table_ptr + row * stride_bt, page_lo,
-                                tl.minimum(page_lo + per_split, n_pages), h * stride_ch, stride_cb,
-                                PREFETCH_PAGES, layout(LAYOUT, "region_bytes"))
-        if PDL:
-            if ROTATE_IN_PAGES:
-                # The queries are rotated below from the model's, complete before the layer's first
-                # kernel started. What else the kernels before this one write and a split reads: the
-                # pages of the unit this step's token completes (the block store writes them, in one
-                # step of UNIT). Only the splits holding one of them wait, so in most steps no page
-                # program waits for the row kernel or the store (with programmatic_rows).
-                if ((p + 1) % UNIT == 0) & (tl.minimum(page_lo + per_split, n_pages) > n_pages - UNIT // BS):
-                    gdc_wait()
-            else:  # launched while the rotation may still run: its queries are complete after this
-                gdc_wait()
+        if PDL:  # launched while the rotation may still run: its queries are complete after this
+            gdc_wait()
         _pages_partial(cache_ptr, stride_cb, h * stride_ch, block_table_ptr + row * stride_bt,
                        qr_ptr + hq0 * (2 * HALF), page_lo, tl.minimum(page_lo + per_split, n_pages),
                        part_o_ptr + (hq0 * parts + split) * (2 * HALF),
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX,
-                       q_ptr + q_start.to(tl.int64) * stride_qt + (h * GROUP + chunk * G_PAGES) * stride_qh,
-                       stride_qh, rot_ptr, q_scale, ROTATE_IN_PAGES, INV_SQRT_D, Q_DOT_DTYPE, BYTE_CODES)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -721,19 +614,14 @@ PAGE_HEADS = 8
 # 2 or 4 window programs, and 2 stages spill at 64). maxnreg 128 keeps four 4-warp programs resident per SM without
 # spills on sm80-sm90 (tools/kernel_static.py). Fewer warps per program (fewer instructions per
 # page, fewer barriers) and the pages' score bounds as the running max were 2-150% slower on the
-# H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/). PREFETCH_PAGES (0 = off): each
-# page program asks L2 for its first pages before it waits for the kernels before it
-# (_prefetch_pages): an option, off. With programmatic_rows it took an H100's 32k x 8 decode step no
-# further than programmatic_rows alone (0.6-0.8% less GPU busy time, 2026-12-06,
-# docs/results/gpu-h100-2026-12-06-prefetch-pages/), while the block store's waiting programs held
-# half the SMs; since then they do not, which has not been timed. ROTATE_IN_PAGES (off): each page
-# program rotates its queries from the model's itself (an 8 x 128 by 128 x 128 product) instead of
-# reading the row kernel's, so that with programmatic_rows it waits for the row kernel and the store
-# only in a step where its split holds the pages of a unit that step completes: the page loop then
-# runs beside the two kernels before it instead of after them. Not timed yet.
+# H200 (2026-12-05, docs/results/gpu-h200-2026-12-05-decode-configs/). Tried on an H100 and removed
+# (2026-12-06, docs/results/gpu-h100-2026-12-06-page-loop-bound/, each change's diff there): the page
+# programs' L2 prefetch of their first pages before they wait (PREFETCH_PAGES), the page programs
+# rotating their queries themselves so that they need not wait for the row kernel and the store
+# (ROTATE_IN_PAGES), and whole code bytes as fp16 operands (BYTE_CODES, 12% fewer instructions per
+# page): none made the engine's step or the page kernel shorter, also with the pages in L2.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128, "PREFETCH_PAGES": 0, "ROTATE_IN_PAGES": False,
-                   "BYTE_CODES": False}
+                   "num_warps": 4, "maxnreg": 128}
 
 
 def programmatic_launch(device) -> bool:
@@ -757,9 +645,11 @@ def programmatic_rows(device) -> bool:
     rotated queries, before they read anything the row kernel or the store writes). The page
     kernel's launch and first instructions then overlap the two small kernels before it, as the
     reduction's launch overlaps the page kernel. launch_options("decode-grid", 0) {"pdl_rows": true}: an
-    option, off: an H100's 32k x 8 decode step was 0.7% less busy with it and no shorter in wall time
-    (2026-12-06, docs/results/gpu-h100-2026-12-06-prefetch-pages/), before the store's idle programs
-    stopped waiting."""
+    option, off: an H100's 32k x 8 decode step was 0.8-0.9% less busy with it in 6 of 6 passes over two
+    sessions, and its wall time shorter in 3 of 3 passes in the second (by 11-133 us of about 7,450,
+    inside the samples' spread) and not in the first (2026-12-06, docs/results/gpu-h100-2026-12-06-prefetch-pages/,
+    docs/results/gpu-h100-2026-12-06-page-loop-bound/). Steps mixing decode rows and chunks have not
+    run with it on a GPU (test_mixed_batches_with_programmatic_rows)."""
     return programmatic_launch(device) and bool(launch_options("decode-grid", 0).get("pdl_rows", False))
 
 
@@ -811,10 +701,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
     rot = rotation_operand(d, q.dtype, q.device)
     inv_sqrt_d = 1.0 / math.sqrt(d)
     pdl = programmatic_launch(q.device)
-    page_opts = {**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)}
-    # whole code bytes need fp16 operands (1024..1279 exact); an fp32 model keeps its fp32 operands
-    page_opts["BYTE_CODES"] = bool(page_opts["BYTE_CODES"]) and q.dtype != torch.float32
-    operands = torch.float16 if page_opts["BYTE_CODES"] else page_operand_dtype(q.dtype)
+    operands = page_operand_dtype(q.dtype)
     if not queries_rotated:
         _rotate_queries_kernel[(num_decodes, hkv)](
             q, q.stride(0), q.stride(1), md.query_start_loc, qr, rot, sm_scale * LOG2E,
@@ -831,8 +718,7 @@ def decode_attention(q, rows, regions, md, num_decodes: int, sm_scale: float,
             CODE_DTYPE=tl_dtype(operands), FIRST_KEY_DTYPE=tl_dtype(fmt.first_key_dtype(q.dtype)),
             DOT_DTYPE=dot_dtype(operands), HKV=hkv,
             WINDOW_SPLITS=ws, PDL=pdl,
-            q_ptr=q, stride_qt=q.stride(0), stride_qh=q.stride(1), rot_ptr=rot, q_scale=sm_scale * LOG2E,
-            INV_SQRT_D=inv_sqrt_d, Q_DOT_DTYPE=dot_dtype(q.dtype), **page_opts,
+            **{**DECODE_DEFAULTS, "USE_PTX": not interpreted(), **launch_options("decode", d, q.device)},
             **({"launch_pdl": True} if pdl else {}),
         )
     reduce_opts = {**REDUCE_DEFAULTS, **launch_options("decode-reduce", d, q.device)}

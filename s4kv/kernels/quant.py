@@ -150,40 +150,6 @@ def _unpack_half(packed, ASM: tl.constexpr, DT: tl.constexpr):
     return tl.inline_asm_elementwise(ASM, "=r,=r,r", [packed], dtype=DT.value, is_pure=True, pack=4)
 
 
-@triton.constexpr_function
-def byte_asm() -> str:
-    """s4kv.kernels.code_ptx.BYTE_PTX, for inline_asm_elementwise."""
-    return code_ptx.BYTE_PTX
-
-
-@triton.constexpr_function
-def low_of_byte_asm() -> str:
-    """s4kv.kernels.code_ptx.LOW_OF_BYTE_PTX, for inline_asm_elementwise."""
-    return code_ptx.LOW_OF_BYTE_PTX
-
-
-@triton.constexpr_function
-def byte_bias() -> float:
-    """s4kv.kernels.code_ptx.BYTE_BIAS, read at compile time."""
-    return code_ptx.BYTE_BIAS
-
-
-@triton.jit
-def byte_code_operands(packed, USE_PTX: tl.constexpr):
-    """Packed code bytes b = 16 * high + low -> fp16 dot operands (BYTE_BIAS + b, BYTE_BIAS + low),
-    B = s4kv.kernels.code_ptx.BYTE_BIAS (4 instructions per 8 codes where biased_code_operands takes
-    7; the caller takes the halves apart after the dots). USE_PTX: compiled (inline PTX); else the
-    same values with Triton operations (the interpreter)."""
-    if USE_PTX:
-        whole = tl.inline_asm_elementwise(byte_asm(), "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
-        low = tl.inline_asm_elementwise(low_of_byte_asm(), "=r,=r,r,r", [whole], dtype=tl.float16, is_pure=True,
-                                        pack=4)
-    else:
-        whole = (packed.to(tl.float32) + byte_bias()).to(tl.float16)
-        low = ((packed & 0xF).to(tl.float32) + byte_bias()).to(tl.float16)
-    return whole, low
-
-
 @triton.jit
 def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
     """Packed code bytes -> both halves as OP_DTYPE dot operands holding B + c, B = CODE_BIAS of
