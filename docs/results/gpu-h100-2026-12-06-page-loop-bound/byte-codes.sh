@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at 5f6f525 (BYTE_CODES is gone since da4be8b: byte-codes.diff in this folder has it).
 # The decode kernel with BYTE_CODES against the shipped one, one call on a fresh machine (no vLLM: the
 # kernel bench needs torch and Triton only), one pass each: the pages from a pool that stays in L2
 # first (where the page loop's instructions bound it), then from DRAM; then BYTE_CODES' GPU tests.

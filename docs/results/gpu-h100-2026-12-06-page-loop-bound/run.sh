@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Issue 14, 2026-12-06 (fifth session). Run from the repository root after the bundle's setup and
+# Issue 14, 2026-12-06 (fifth session). Ran at 83c4917 (pass 3: ENGINES_ONLY=1 PASSES=3 CONFIGS="prri
+# default pr", into /root/rout3); PREFETCH_PAGES and ROTATE_IN_PAGES are gone since da4be8b (their
+# diffs are in this folder: apply them to run prpf and prri again). Run from the repository root after the bundle's setup and
 # `run-on-device.sh patch`, detached (about 20 min on an H100):
-#   setsid nohup bash docs/results/gpu-2026-12-06-rotate-in-pages/run.sh /root/rout >/root/r.log 2>&1 </dev/null &
+#   setsid nohup bash docs/results/gpu-h100-2026-12-06-page-loop-bound/run.sh /root/rout >/root/r.log 2>&1 </dev/null &
 # progress in /root/rout/progress. Three parts, one after the other (nothing else on the GPU):
 #
 # 1. An engine's decode step at 32,511 x 8 (Qwen2.5-7B shape, dummy weights, vLLM 0.24.0, CUDA graphs,

@@ -19,5 +19,5 @@ sed -i 's|if ((p + 1) % UNIT == 0) & (tl.minimum(page_lo + per_split, n_pages) >
 grep -c MUTATION /tmp/mut/s4kv/kernels/decode.py
 (cd /tmp/mut && PYTHONPATH="/tmp/mut:${PYTHONPATH}" timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py \
   -k "replays and rotate" >"$OUT/mutation.log" 2>&1; echo "mutation exit $? (1 = the test caught it)"); tail -n 3 "$OUT/mutation.log"
-setsid nohup bash docs/results/gpu-2026-12-06-rotate-in-pages/run.sh /root/rout >/root/r.log 2>&1 </dev/null &
+setsid nohup bash docs/results/gpu-h100-2026-12-06-page-loop-bound/run.sh /root/rout >/root/r.log 2>&1 </dev/null &
 echo "run.sh started"
