@@ -1,34 +1,26 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, fourth session: on the H100 the GPU kernel tests
-# passed at 15c1065, 162 of 163 with 1 skip, the rewritten peaky test among them; pdl_rows and pdl_rows
-# with the page programs' L2 prefetch (PREFETCH_PAGES 2) made an engine's 32k x 8 decode step 46-57 us
-# less busy (0.6-0.8%) and no shorter in wall time, because the block store's waiting programs (one per
-# SM, 64 of them) held half the SMs while the row kernel ran; since then only the storing programs and
-# program (0, 0, 0) wait: docs/results/gpu-h100-2026-12-06-prefetch-pages/). In order:
-#  0. the bundle (step 1b), then `bash tools/gpu/run-on-device.sh patch` (vLLM rejects int4_kivi
-#     without it) and the GPU tests, in one call (setup 75 s, tests 385 s on the H100, cold cache):
-#       cp .gpu/c7 /root/stage/ && bash .gpu/setup-on-device.sh && bash tools/gpu/run-on-device.sh patch tests
-#     the graph replay `programmatic-rows-prefetch-2-pages` checks the store's new wait (every row
-#     completes a unit there). Then, detached, the three configurations again with the store's change,
-#     three passes (about 70 s per engine on the H100, 9 engines; collect with a second call):
-#       PASSES="1 2 3" setsid nohup bash docs/results/gpu-h100-2026-12-06-prefetch-pages/run.sh /root/pfout >/root/pf.log 2>&1 </dev/null &
-#     (kill a stuck run with `pkill -f "^python3 tools/gpu/profile_decode"`: a pattern that matches the
-#     call's own command line kills the call). Judge on the GPU busy time per step and on the
-#     unprofiled wall time (profile_decode.py's `step_wall_unprofiled_us`); ship pdl_rows (and the
-#     prefetch) only if both are shorter in every pass.
-#     On an H200: issue 14's end to end first (step 2; its targets are set there; not measured with
-#     programmatic launch nor the reduction's tiles), then the kernel bench per layer (`kernels`).
-#  0b. (no vLLM needed, about 2 min) the page loop where memory does not bound it: the same grid and
-#     instructions with every row's complete pages in a pool of 128 blocks (8.9 MB, stays in L2),
-#     beside the normal inputs, two passes:
-#       for i in 1 2; do for a in 0 128; do python3 -m s4kv.kernels.bench --contexts 8192,32768 --batches 32,8 \
-#         --breakdown $( [ $a = 0 ] || echo --alias-blocks $a ) --json $OUT/alias-$a-$i.json; done; done
-#     If the page kernel's time from L2 is close to its time from DRAM on the H100, the H100 is a
-#     testbed for what bounds it on the H200 (50.2 us at 32k x 8 there, 66% of that GPU's floor,
-#     2026-12-05): then the page-loop probes (step 1: noconst, all3, 43% fewer instructions) and any
-#     instruction cut are timed that way too (copy s4kv/kernels/bench.py into their trees). L2 hits
-#     also return sooner than DRAM reads, so a loop bound by its loads' latency runs faster from L2
-#     than it would on the H200: what it shows bounds the instructions' share, not the H200's time.
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, fifth session, H100 again: the page kernel takes
+# 49 us at 32k x 8 with every page in L2 against 55 from DRAM, the H200's own time from DRAM, so on the
+# H200 the loop's per-page chain bounds it; probes without the per-page key terms and max take 31 us
+# from L2; pdl_rows 0.9% less busy again; the L2 prefetch, self-rotating page programs and whole code
+# bytes as operands were no faster and are removed: docs/results/gpu-h100-2026-12-06-page-loop-bound/).
+# In order:
+#  0. On an H200: issue 14's end to end first (step 2: its targets are set there; not measured there
+#     since 2026-12-05, nor with programmatic launch or the reduction's tiles), then the kernel bench
+#     with and without the L2 pool, which should show the H200's page kernel at the same ~49 us either
+#     way (no vLLM needed; about 1 min):
+#       for a in 0 128; do python3 -m s4kv.kernels.bench --contexts 8192,32768 --batches 32,8 --breakdown \
+#         $( [ $a = 0 ] || echo --alias-blocks $a ) --json $OUT/alias-$a.json; done
+#     On an H100: the bundle (step 1b) and `bash tools/gpu/run-on-device.sh patch tests` (vLLM rejects
+#     int4_kivi without the patch; the tests need vLLM): test_mixed_batches_with_programmatic_rows is
+#     new (steps mixing decode rows and chunks with pdl_rows); if it passes, pdl_rows (0.8-0.9% less
+#     busy in 6 of 6 passes over two sessions) can become the default on sm90+ after one more
+#     engine comparison (docs/results/gpu-h100-2026-12-06-page-loop-bound/run.sh, CONFIGS="default pr").
+#  0b. The per-page chain, the lever on the H200 (the design in
+#     docs/results/gpu-h100-2026-12-06-page-loop-bound/README.md, "What this says about issue 14"): once
+#     built, time it against the shipped kernel with the L2 pool on whatever GPU comes (the command
+#     above, from each tree's own folder as run.sh's part 2 does); an H100 from L2 is a fair stand-in for
+#     the H200 from DRAM (49.1-49.5 against 50.2-50.8 us for the shipped kernel).
 #  1. one detached call, no vLLM needed (about 6 min for two passes), carry [".gpu/probes"]:
 #       here first: bash docs/results/gpu-h200-2026-12-05-decode-configs/probes/make-probes.sh
 #                   for p in noconst all3; do cp s4kv/kernels/bench.py .gpu/probes/$p/s4kv/kernels/; done
