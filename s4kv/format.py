@@ -256,8 +256,8 @@ def kernel_layout(head_size: int) -> str:
     values = {"head_size": head_size, "half": head_size // 2, "block_size": BLOCK_SIZE, "unit": UNIT,
               "window_pages": WINDOW_PAGES, "v_codes": page.v_codes, "v_scale": page.v_scale,
               "k_scale": page.k_scale, "k_min": page.k_min, "first_key": page.first_key,
-              "region_bytes": page.region_bytes, "slots": WINDOW_SLOTS, "w_v_codes": window.v_codes,
-              "w_k_scale": window.k_scale, "w_v_scale": window.v_scale}
+              "slots": WINDOW_SLOTS, "w_v_codes": window.v_codes, "w_k_scale": window.k_scale,
+              "w_v_scale": window.v_scale}
     return ";".join(f"{name}={value}" for name, value in values.items())
 
 

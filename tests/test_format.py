@@ -217,8 +217,8 @@ def test_kernel_layout_carries_every_offset_of_both_layouts(d):
     expected = {"head_size": d, "half": d // 2, "block_size": fmt.BLOCK_SIZE, "unit": fmt.UNIT,
                 "window_pages": fmt.WINDOW_PAGES, "slots": fmt.WINDOW_SLOTS,
                 "v_codes": page.v_codes, "v_scale": page.v_scale, "k_scale": page.k_scale, "k_min": page.k_min,
-                "first_key": page.first_key, "region_bytes": page.region_bytes, "w_v_codes": window.v_codes,
-                "w_k_scale": window.k_scale, "w_v_scale": window.v_scale}
+                "first_key": page.first_key, "w_v_codes": window.v_codes, "w_k_scale": window.k_scale,
+                "w_v_scale": window.v_scale}
     assert {name: fmt.layout_value(lay, name) for name in expected} == expected
     assert len(lay.split(";")) == len(expected)
     with pytest.raises(KeyError, match="k_codes"):
