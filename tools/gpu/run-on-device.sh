@@ -130,7 +130,12 @@ for s in "$@"; do
     kernels)  # decode kernel alone on the speed points (and two with windows), each kernel's own
       # time beside the graph's; chunk attention after 0, 8k and 30k cached tokens
       step kernels python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --prefill-contexts 0,8192,30720 \
-        --json "$OUT/kernels.json" ;;
+        --json "$OUT/kernels.json"
+      # the same decode points with every row's complete pages in a pool that stays in L2: the page
+      # loop's own bound, beside its time from DRAM (an H100's page kernel: 49 against 55 us at
+      # 32k x 8, the H200's 50 from DRAM; docs/results/gpu-h100-2026-12-06-page-loop-bound/)
+      step kernels-l2 python3 -m s4kv.kernels.bench $DECODE_POINTS --breakdown --alias-blocks 128 \
+        --json "$OUT/kernels-l2.json" ;;
     host-overhead)  # one layer's attention outside CUDA graphs (the steps with a prefill chunk): host time to
       # issue it against its device time, int4_kivi next to bf16's reshape_and_cache + FlashAttention
       # shellcheck disable=SC2086  # HOST_ARGS="--cprofile 30": also where the host time goes
