@@ -702,18 +702,16 @@ def test_prefill_bench_inputs_are_a_cache_state_the_reference_agrees_on():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("launch", [{("decode-grid", 0): {"pdl": False}},
-                                    {("decode-grid", 0): {"pdl": True}},
-                                    {("decode-grid", 0): {"pdl": True, "pdl_rows": True}}],
+@pytest.mark.parametrize("grid", [{"pdl": False}, {"pdl": True}, {"pdl": True, "pdl_rows": True}],
                          ids=["stream-order", "programmatic-launch", "programmatic-rows"])
-def test_decode_step_replays_in_a_cuda_graph(launch, monkeypatch):
+def test_decode_step_replays_in_a_cuda_graph(grid, monkeypatch):
     """vLLM captures decode batches in full CUDA graphs: the launch shapes are frozen, and every
     replay must follow the new contents of the persistent metadata buffers (also with
     programmatic dependent launch, which a graph keeps as programmatic edges; with pdl_rows from
     the row kernel on, through the block store that completes a unit in every row)."""
-    if launch[("decode-grid", 0)]["pdl"] and not _HOPPER:
+    if grid["pdl"] and not _HOPPER:
         pytest.skip("programmatic dependent launch runs on sm90+ GPUs only")
-    _set_launch(monkeypatch, launch)
+    _set_launch(monkeypatch, {("decode-grid", 0): grid})
     _replay_decode_steps_in_a_graph()
 
 
