@@ -151,9 +151,15 @@ def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
     """A decode or stage kernel's page loop: the loop with the most tensor-core instructions, then
     the fewest integer-to-float conversions (pages' 4-bit codes become dot operands by bit operations,
     s4kv.kernels.code_ptx; the decode kernel's window loop converts 8-bit codes with I2F and, in
-    64-row tiles, has as many MMAs), then the most instructions; None without a loop."""
-    return max(loop_bodies(sass), key=lambda b: (_mma(b[2]), -_int_to_float(b[2]), sum(b[2].values())),
-               default=None)
+    64-row tiles, has as many MMAs), then the innermost (a loop around the page loop holds its MMAs
+    too), then the most instructions; None without a loop."""
+    bodies = loop_bodies(sass)
+    if not bodies:
+        return None
+    best = max((_mma(b[2]), -_int_to_float(b[2])) for b in bodies)
+    tied = [b for b in bodies if (_mma(b[2]), -_int_to_float(b[2])) == best]
+    inner = [b for b in tied if not any(o is not b and b[0] <= o[0] and o[1] <= b[1] for o in tied)]
+    return max(inner, key=lambda b: sum(b[2].values()))
 
 
 def occupancy(cc: int, regs: int, shared: int, num_warps: int) -> int:
@@ -392,7 +398,10 @@ def loop_lines(cubin: bytes, lo: int, hi: int) -> list[dict]:
         if lo <= off <= hi:
             by_line[where][opcode(text[off])] += 1
     rows = [{"file": w[0] if w else "?", "line": w[1] if w else 0, "instructions": sum(c.values()),
-             "source": linecache.getline(w[0], w[1]).strip() if w else "", "top": dict(c.most_common(5))}
+             "source": linecache.getline(w[0], w[1]).strip() if w else "", "top": dict(c.most_common(5)),
+             "barriers": sum(n for op, n in c.items() if op.startswith("BAR")),
+             "shuffles": sum(n for op, n in c.items() if op.startswith("SHFL")),
+             "local": sum(n for op, n in c.items() if op.startswith(("LDL", "STL")))}
             for w, c in by_line.items()]
     return sorted(rows, key=lambda r: -r["instructions"])
 

@@ -1,0 +1,113 @@
+"""How far the pages' score bounds lie above their first exact scores on a real model (CPU).
+
+    python tools/bound_gaps.py [--tokens 2048] [--windows 2] [--pages-per-split 16] [--stride 16]
+
+The decode kernel's TERMS_AHEAD option (s4kv.kernels.decode._page_terms) takes each page's score
+bound, q . m + 15 * sum(max(q * s, 0)) in the rotated basis (no score of the page can exceed it),
+as the running max instead of the max over the page's tokens, capped at the page's first exact
+score + BOUND_SLACK (64 log2 units). That is exact while the page's largest p stays within
+2^-64 .. 2^64, so a split with a page whose gap bound - first score (the first key is exact, so the
+gap is known before the page) exceeds 2 * BOUND_SLACK takes the exact max instead, and gains
+nothing. This tool says how often that happens where it matters: SmolLM2's
+own queries and keys on the project's evaluation text, decode queries at every `--stride`-th
+position, the pages a decode row there reads (complete units, s4kv.format's position rule), in
+splits of `--pages-per-split` pages (16 at 8k x 32 and 32k x 8 on an H100 or H200) and a kv head's
+query heads together (one page program). The kernel bench's random queries and keys (and the
+tests') give gaps of 30-41.
+"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from s4kv import format as fmt  # noqa: E402
+
+LOG2E = 1.4426950408889634
+
+
+def split_gaps(q: torch.Tensor, k: torch.Tensor, scale: float, stride: int, pages_per_split: int) -> list[float]:
+    """q [Hq, T, D], k [Hkv, T, D] of one layer -> the largest page gap of every (decode position,
+    kv head, split): bound - first score in log2 units, the bound at least the first score."""
+    hq, t, d = q.shape
+    hkv = k.shape[0]
+    g = hq // hkv
+    nb = t // fmt.BLOCK_SIZE
+    kr = fmt.rotate(k.float()[:, :nb * fmt.BLOCK_SIZE]).reshape(hkv, nb, fmt.BLOCK_SIZE, d)
+    _, ks, km = fmt.quantize_keys(kr)  # [Hkv, nb, D]
+    first = kr[:, :, 0]  # the exact first keys [Hkv, nb, D]
+    qr = fmt.rotate(q.float()) * (scale * LOG2E)  # [Hq, T, D], as the kernel's rotated queries
+    gaps = []
+    for pos in range(fmt.UNIT, t, stride):
+        pages = (pos + 1) // fmt.UNIT * fmt.UNIT_BLOCKS
+        qp = qr[:, pos].reshape(hkv, g, d)  # [Hkv, G, D]
+        qs = qp[:, :, None, :] * ks[:, None, :pages, :]  # [Hkv, G, pages, D]
+        bound = (qp[:, :, None, :] * km[:, None, :pages, :]).sum(-1) + 15 * qs.clamp(min=0).sum(-1)
+        s_first = (qp[:, :, None, :] * first[:, None, :pages, :]).sum(-1)
+        gap = (torch.maximum(bound, s_first) - s_first).amax(1)  # [Hkv, pages], over the group
+        for lo in range(0, pages, pages_per_split):
+            gaps += gap[:, lo:lo + pages_per_split].amax(1).tolist()
+    return gaps
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("--stride", type=int, default=16)
+    ap.add_argument("--pages-per-split", type=int, default=16)
+    ap.add_argument("--slack", type=float, default=64.0)
+    ap.add_argument("--model", default=None, help="HF directory (default: the converted SmolLM2)")
+    args = ap.parse_args(argv)
+    from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
+
+    from s4kv import models
+
+    path = args.model or str(models.smollm2())
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = tok.encode((ROOT / "s4kv" / "data" / "eval_text.txt").read_text())
+    gaps: dict[int, list[float]] = {}
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+        gaps.setdefault(module.layer_idx, []).extend(
+            split_gaps(query[0], key[0], scale, args.stride, args.pages_per_split))
+        hq, hkv = query.shape[1], key.shape[1]
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query.float(), key.repeat_interleave(hq // hkv, 1).float(),
+            value.repeat_interleave(hq // hkv, 1).float(), is_causal=True, scale=scale)
+        return o.transpose(1, 2).to(query.dtype), None
+
+    AttentionInterface.register("s4kv_gaps", attention)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+                                                 attn_implementation="s4kv_gaps").eval()
+    for w in range(args.windows):
+        x = torch.tensor([ids[w * args.tokens:(w + 1) * args.tokens]])
+        with torch.no_grad():
+            model(x)
+        print(f"window {w + 1}/{args.windows} done", file=sys.stderr, flush=True)
+    print(f"# {path}: {args.windows} window(s) of {args.tokens} tokens, decode positions every {args.stride}, "
+          f"{args.pages_per_split} pages per split; gap = largest (page bound - first score), log2 units")
+    print(f"| layer | splits | median | p90 | p99 | max | within {2 * args.slack:g} (bounds taken) |")
+    print("|---|---|---|---|---|---|---|")
+    everything = []
+    for layer in sorted(gaps):
+        v = torch.tensor(gaps[layer])
+        everything.append(v)
+        qs = torch.quantile(v, torch.tensor([0.5, 0.9, 0.99]))
+        print(f"| {layer} | {len(v)} | {qs[0]:.1f} | {qs[1]:.1f} | {qs[2]:.1f} | {v.max():.1f} | "
+              f"{(v <= 2 * args.slack).float().mean():.1%} |")
+    v = torch.cat(everything)
+    qs = torch.quantile(v, torch.tensor([0.5, 0.9, 0.99]))
+    print(f"| all | {len(v)} | {qs[0]:.1f} | {qs[1]:.1f} | {qs[2]:.1f} | {v.max():.1f} | "
+          f"{(v <= 2 * args.slack).float().mean():.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
