@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from s4kv import format as fmt  # noqa: E402
+from s4kv import format as fmt
 
 LOG2E = 1.4426950408889634
 

@@ -341,7 +341,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     # pages per _page_terms pass: their 3 terms per query head fit its 2 * HALF output values
     CH: tl.constexpr = HALF // 2
     fast = False
-    if AHEAD:
+    if AHEAD:  # noqa: SIM102 (a compile-time condition around a runtime one)
         # a split of at most CH pages (16 at 8k x 32 and 32k x 8 on an H100 or H200): its pages'
         # terms first, then the loop that reads them (a loop around both, for longer splits, cost
         # the page loop 160-184 bytes of spills; they keep the loop below)
