@@ -11,6 +11,9 @@
 #      default  what ships
 #      ta       {"decode": {"TERMS_AHEAD": true}}: a split's pages' key terms and score bounds
 #               before its page loop, the bounds as the running max (s4kv.kernels.decode._page_terms)
+#      qk       a probe (outputs wrong, time real; carried in .gpu/probes-ta/qkload, qk-load-probe.diff):
+#               ta with the key dots' operand q * s read per page (2 KB, as a loop that took it
+#               from the terms would) instead of computed and moved into the operand layout
 # 2. ENGINE=1: an engine's decode step at 32,511 x 8 (tools/gpu/profile_decode.py), one engine per
 #    run, the two configurations alternating.
 set -u
@@ -26,12 +29,14 @@ echo '[{"kernel": "decode", "head_size": 128, "options": {"TERMS_AHEAD": true}}]
 } >"$W/versions.txt" 2>&1
 for pass in $(seq "${PASSES:-2}"); do
   for a in 128 0; do
-    for c in default ta; do
-      cfg=""; [ "$c" != default ] && cfg="$W/$c.json"
+    for c in ${CONFIGS:-default ta qk}; do
+      cfg=""; [ "$c" != default ] && cfg="$W/ta.json"
+      dir=$PWD; [ "$c" = qk ] && dir=$PWD/.gpu/probes-ta/qkload
       t0=$SECONDS
-      S4KV_KERNEL_CONFIG=$cfg timeout 240 python3 -m s4kv.kernels.bench --contexts 8192,32768 --batches 32,8 \
-        --breakdown $( [ $a = 0 ] || echo --alias-blocks $a ) --json "$W/bench-$c-$a-$pass.json" \
-        >"$W/bench-$c-$a-$pass.log" 2>&1
+      # from the tree's own folder: `python3 -m` puts the working directory first on sys.path
+      (cd "$dir" && S4KV_KERNEL_CONFIG=$cfg TRITON_CACHE_DIR=/root/tc-$c PYTHONPATH="$dir:${PYTHONPATH}" timeout 240 \
+        python3 -m s4kv.kernels.bench --contexts 8192,32768 --batches 32,8 --breakdown \
+        $( [ $a = 0 ] || echo --alias-blocks $a ) --json "$W/bench-$c-$a-$pass.json") >"$W/bench-$c-$a-$pass.log" 2>&1
       echo "bench $c alias $a pass $pass: exit $? after $((SECONDS - t0)) s" >>"$W/progress"
     done
   done
