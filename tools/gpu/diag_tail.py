@@ -2,7 +2,7 @@
 """Decode attention with windows on the kernel bench's inputs, against the PyTorch path
 (s4kv.backend.torch_ops, the CPU serving path, on the same pages), call after call.
 
-    python3 tools/gpu/diag_tail.py [--shapes 8256x32,8195x32,...] [--repeats 3] [--variants]
+    python3 tools/gpu/diag_tail.py [--shapes 8256x32,8195x32,...] [--repeats 3] [--variants all|NAME,...]
 
 Written when the decode tuner saw the points with an exact tail differ by 8-18% between launches
 of the same configuration (2026-12-02): the bench drew the new token's value from torch's global
@@ -23,7 +23,9 @@ from s4kv.kernels.decode import decode_attention
 from s4kv.kernels.store import quantize_rows
 
 VARIANTS = {"default": {}, "TAIL_STAGES=2": {"TAIL_STAGES": 2}, "TAIL_SUB=64": {"TAIL_SUB": 64},
-            "TAIL_SUB=16": {"TAIL_SUB": 16}, "num_warps=8": {"num_warps": 8}}
+            "TAIL_SUB=16": {"TAIL_SUB": 16}, "num_warps=8": {"num_warps": 8},
+            # the page loop with its terms and score bounds ahead (s4kv.kernels.decode._page_terms)
+            "TERMS_AHEAD": {"TERMS_AHEAD": True}}
 
 
 def rel(a, b):
@@ -57,11 +59,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="8256x32,8195x32,8321x32,320x2")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--variants", default="", help="comma-separated names of VARIANTS, or all (default: default)")
     args = ap.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
-    for name, opts in (VARIANTS.items() if args.variants else [("default", {})]):
-        kernels.LAUNCH[("decode", 128)] = opts
+    names = list(VARIANTS) if args.variants == "all" else (args.variants or "default").split(",")
+    for name in names:
+        kernels.LAUNCH[("decode", 128)] = VARIANTS[name]
         for shape, row in calls(shapes, args.repeats):
             print(f"{name:14s} {shape:>9s}: " + ", ".join(f"call {i + 1} {e:.2e}" for i, e in enumerate(row)), flush=True)
     return 0

@@ -27,6 +27,11 @@ echo '[{"kernel": "decode", "head_size": 128, "options": {"TERMS_AHEAD": true}}]
   python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'
   git log -1 --format=%H 2>/dev/null || true
 } >"$W/versions.txt" 2>&1
+# 0. Correctness on the GPU without vLLM: the decode kernel (default and TERMS_AHEAD) against the
+#    PyTorch path (s4kv.backend.torch_ops) on the kernel bench's own inputs
+timeout 300 python3 tools/gpu/diag_tail.py --variants default,TERMS_AHEAD --shapes 8192x32,32768x8,8256x32,33023x8,320x2 \
+  --repeats 1 >"$W/diag.log" 2>&1
+echo "diag: exit $?" >>"$W/progress"
 for pass in $(seq "${PASSES:-2}"); do
   for a in 128 0; do
     for c in ${CONFIGS:-default ta qk}; do
