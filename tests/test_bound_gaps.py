@@ -1,0 +1,38 @@
+"""tools/bound_gaps.py and the score bound the decode kernel's TERMS_AHEAD loop takes as its running
+max (s4kv.kernels.decode._page_terms): q . m + 15 * sum(max(q * s, 0)) lies at or above every score
+a page's quantized keys give (codes 0..15), and the tool's gaps are taken per split as the kernel's
+splits see them. CPU, no model."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+from s4kv import format as fmt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import bound_gaps
+
+
+def test_score_bound_lies_above_every_quantized_score():
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(3, 4 * fmt.BLOCK_SIZE, 64, generator=g)
+    k[:, :, 5] *= 20  # an outlier channel, as real keys have
+    q = torch.randn(3, 64, generator=g) * 4
+    kr = fmt.rotate(k).reshape(3, 4, fmt.BLOCK_SIZE, 64)
+    codes, scale, mn = fmt.quantize_keys(kr)
+    deq = fmt.dequantize_keys(codes, scale, mn)[:, :, 1:]  # token 0 is exact, not a code
+    scores = torch.einsum("hd,hbtd->hbt", q, deq)
+    bound = torch.einsum("hd,hbd->hb", q, mn) + 15 * (q[:, None, :] * scale).clamp(min=0).sum(-1)
+    assert (scores.amax(-1) <= bound + 1e-3 * bound.abs()).all()
+    assert (bound - scores.amax(-1)).min() >= -1e-3
+
+
+def test_split_gaps_per_decode_position_kv_head_and_split():
+    g = torch.Generator().manual_seed(1)
+    t = 4 * fmt.UNIT
+    q, k = torch.randn(6, t, 64, generator=g), torch.randn(2, t, 64, generator=g)
+    gaps = bound_gaps.split_gaps(q, k, 64 ** -0.5, stride=fmt.UNIT, pages_per_split=3)
+    # decode positions UNIT, 2 UNIT, 3 UNIT (every UNIT-th from UNIT on) read 2, 4, 6 pages: 1, 2, 2 splits of 3
+    assert len(gaps) == 2 * (1 + 2 + 2)
+    assert min(gaps) >= 0
