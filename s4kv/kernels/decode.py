@@ -192,7 +192,9 @@ def _page_terms(cache_ptr, bt_row, head, stride_cb, q_lo, q_hi, c_lo, c_hi, term
     i = tl.arange(0, PP)
     out = terms_ptr + g[None, :] * head_stride * (2 * HALF)  # [1, G]
     gap = 0.0
-    for p0 in range(c_lo, c_hi, PP):
+    # pipelined: as a plain loop each step of PP pages waited for two dependent memory round trips
+    # (block table, then the pages' statistics) before the next one began, all before the page loop
+    for p0 in tl.range(c_lo, c_hi, PP, num_stages=3):
         ok = p0 + i < c_hi
         blocks = tl.load(bt_row + p0 + i, mask=ok, other=0)
         region = cache_ptr + blocks.to(tl.int64) * stride_cb + head  # [PP]
