@@ -66,6 +66,10 @@ def _kernel_static(tmp_path, *args: str) -> list[dict]:
     out = tmp_path / "static.json"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
+    # a cache of its own: Triton's cache key holds the kernels' source text, not its line numbers, so
+    # a binary compiled before lines above a kernel moved (a comment added) is reused, and its line
+    # table then names the wrong source lines (2026-12-06: a dot's instructions on the line two above)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     proc = subprocess.run([sys.executable, "tools/kernel_static.py", *args, "--json", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
