@@ -55,8 +55,9 @@ from s4kv.kernels.quant import (
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
-# pages per _page_terms step (a [TERMS_PAGES, G, HALF] tile per term)
-TERMS_PAGES = tl.constexpr(4)
+# pages per _page_terms step (a [TERMS_PAGES, G, HALF] tile per term): on an H100 (2026-12-06) 8 took
+# the page kernel from L2 to 50.4-51.0 us against 52.1-53.9 with 4 (16 bytes of spills) and 82 with 16
+TERMS_PAGES = tl.constexpr(8)
 
 
 @triton.constexpr_function
@@ -744,6 +745,11 @@ PAGE_HEADS = 8
 # rotating their queries themselves so that they need not wait for the row kernel and the store
 # (ROTATE_IN_PAGES), and whole code bytes as fp16 operands (BYTE_CODES, 12% fewer instructions per
 # page): none made the engine's step or the page kernel shorter, also with the pages in L2.
+# TERMS_AHEAD (an option, off: _pages_partial): the page loop without its per-page key terms and with
+# its score bounds as the running max is 13% shorter (about 43 against 49 us from L2 at 8k x 32 and
+# 32k x 8 on an H100), but computing the terms before it costs 8-10 us per program, all of which wait
+# for it at once: the page kernel 50.4-51.0 us from L2 and 59.3-60.8 from DRAM against the default's
+# 48.3-49.2 and 54.8-56.3 (2026-12-06, docs/results/gpu-2026-12-06-terms-ahead/).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128}
 
