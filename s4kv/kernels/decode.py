@@ -145,6 +145,24 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 
 
 @triton.jit
+def _scaled_queries(q_lo, q_hi, ks_ptr, c, HALF: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """The key dots' operands: the query halves times the page's key scales [G, HALF], rounded to
+    DOT_DTYPE (q . (c * s + m) = (q * s) . c + q . m: the scales go into the query)."""
+    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    return qk_lo, qk_hi
+
+
+@triton.jit
+def _first_value_high(f16, k0):
+    """The block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
+    and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high nibbles (in the key code row
+    of token 0, contiguous, k0 [HALF]) on their own: their terms [HALF] per half, f16 the value's scale."""
+    f16s = 16.0 * f16.to(tl.float32)
+    return ((k0 & 0xF).to(tl.float32) - 7.5) * f16s, ((k0 >> 4).to(tl.float32) - 7.5) * f16s
+
+
+@triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
                FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
@@ -157,19 +175,13 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
     # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
     # the dots run on the biased codes, the rest is one constant per query head
-    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_lo, qk_hi = _scaled_queries(q_lo, q_hi, ks_ptr, c, HALF, DOT_DTYPE)
     s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                      - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
     s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-    # the block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
-    # and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high nibbles (in the key code row
-    # of token 0, contiguous) on their own
-    f16s = 16.0 * f16.to(tl.float32)
-    fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
-    fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
+    fv_lo, fv_hi = _first_value_high(f16, k0)
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
@@ -244,15 +256,12 @@ def _page_loop(m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head,
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
         if AHEAD:
             region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
-            ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
-            qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-            qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+            qk_lo, qk_hi = _scaled_queries(q_lo, q_hi, (region + K_SCALE).to(tl.pointer_type(tl.float16)), c,
+                                           HALF, DOT_DTYPE)
             s_const = tl.load(terms + (page - page_lo))
             s_first = tl.load(terms + CH + (page - page_lo))
             bound = tl.load(terms + 2 * CH + (page - page_lo))
-            f16s = 16.0 * f16.to(tl.float32)
-            fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
-            fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
+            fv_lo, fv_hi = _first_value_high(f16, k0)
         else:
             region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
                 cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
