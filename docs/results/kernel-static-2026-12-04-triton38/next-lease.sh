@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, fifth session, H100 again: the page kernel takes
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, sixth session: the per-page-chain design of step 0b
+# is built as TERMS_AHEAD and timed on an H100: its loop 13% shorter, but its terms step costs 8-10 us per
+# program, so the kernel is slower; the next form of it, terms as three small dots and B taken off the
+# key codes in the loop, is in docs/results/gpu-2026-12-06-terms-ahead/README.md. The GPU pytest suite
+# has not run since 83c4917: with the bundle, `run-on-device.sh patch tests` first (it holds the
+# TERMS_AHEAD variants and test_mixed_batches_with_programmatic_rows). docs/results/gpu-2026-12-06-terms-ahead/run.sh
+# times TERMS_AHEAD against the default (no vLLM needed, about 3 min per pass).)
+# Before that (fifth session, H100 again): the page kernel takes
 # 49 us at 32k x 8 with every page in L2 against 55 from DRAM, the H200's own time from DRAM, so on the
 # H200 the loop's per-page chain bounds it; probes without the per-page key terms and max take 31 us
 # from L2; pdl_rows 0.9% less busy again; the L2 prefetch, self-rotating page programs and whole code
