@@ -261,15 +261,6 @@ LAUNCH_VARIANTS = {
                                  ("decode", 64): {"TAIL_STAGES": 2}, ("decode", 128): {"TAIL_STAGES": 2}},
     # fp16 dot operands for a bf16 model (s4kv.kernels.decode.page_operand_dtype)
     "fp16-operands": {("decode-grid", 0): {"fp16_operands": True}},
-    # the pages' key terms and score bounds before the page loop (s4kv.kernels.decode._page_terms),
-    # the bounds as the running max: as the option runs (where a split's bound gaps allow it, at
-    # most 128 log2 units), always (no gap too large, no cap: random data's gaps are 30-41), and
-    # never (the exact max after the terms)
-    "terms-ahead": {("decode", 64): {"TERMS_AHEAD": True}, ("decode", 128): {"TERMS_AHEAD": True}},
-    "terms-ahead-bounds-always": {("decode", 64): {"TERMS_AHEAD": True, "BOUND_SLACK": 1e30},
-                                  ("decode", 128): {"TERMS_AHEAD": True, "BOUND_SLACK": 1e30}},
-    "terms-ahead-exact-max": {("decode", 64): {"TERMS_AHEAD": True, "BOUND_SLACK": -1.0},
-                              ("decode", 128): {"TERMS_AHEAD": True, "BOUND_SLACK": -1.0}},
 }
 
 
@@ -283,7 +274,7 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("operands", ["model", "fp16", "terms-ahead"])
+@pytest.mark.parametrize("operands", ["model", "fp16"])
 @pytest.mark.parametrize("q_scale", [1, 8, 16])
 def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     """Queries 1x, 8x and 16x larger: scores spread over hundreds of log2 units, so that most pages'
@@ -299,8 +290,6 @@ def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     bound of the reference itself (emulated 9.6e-4 / 6.6e-4 at 8x / 16x)."""
     if operands == "fp16":
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
-    if operands == "terms-ahead":  # the pages' score bounds as the running max where their gaps allow
-        _set_launch(monkeypatch, {("decode", 64): {"TERMS_AHEAD": True}})
     _check_scaled_decode_row(torch.bfloat16, q_scale, operand_roundings=True, reference=operands == "fp16")
 
 

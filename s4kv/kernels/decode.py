@@ -15,9 +15,7 @@ which pages a split covers is computed from the sequence lengths on the device):
    which become 16-bit operands B + c by bit operations (s4kv.kernels.quant.biased_code_operands);
    B comes off in fp32 once per page and query head (keys) or once per split (values). A block's
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
-   the high nibbles of its value codes are added on their own. One page per loop iteration; with
-   the TERMS_AHEAD option a split first computes its pages' per-page terms and score bounds
-   (_page_terms) and the loop reads them.
+   the high nibbles of its value codes are added on their own. One page per loop iteration.
 3. ``_reduce_kernel``, one program per (row, kv head): merges the page and window partials
    (log-sum-exp), rotates their sum back to the original basis once and normalizes.
 """
@@ -55,9 +53,6 @@ from s4kv.kernels.quant import (
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
-# pages per _page_terms step (a [TERMS_PAGES, G, HALF] tile per term): on an H100 (2026-12-06) 8 took
-# the page kernel from L2 to 50.4-51.0 us against 52.1-53.9 with 4 (16 bytes of spills) and 82 with 16
-TERMS_PAGES = tl.constexpr(8)
 
 
 @triton.constexpr_function
@@ -145,24 +140,6 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _scaled_queries(q_lo, q_hi, ks_ptr, c, HALF: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """The key dots' operands: the query halves times the page's key scales [G, HALF], rounded to
-    DOT_DTYPE (q . (c * s + m) = (q * s) . c + q . m: the scales go into the query)."""
-    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    return qk_lo, qk_hi
-
-
-@triton.jit
-def _first_value_high(f16, k0):
-    """The block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
-    and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high nibbles (in the key code row
-    of token 0, contiguous, k0 [HALF]) on their own: their terms [HALF] per half, f16 the value's scale."""
-    f16s = 16.0 * f16.to(tl.float32)
-    return ((k0 & 0xF).to(tl.float32) - 7.5) * f16s, ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-
-
-@triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
                FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
@@ -175,77 +152,55 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
     # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
     # the dots run on the biased codes, the rest is one constant per query head
-    qk_lo, qk_hi = _scaled_queries(q_lo, q_hi, ks_ptr, c, HALF, DOT_DTYPE)
+    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                      - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
     s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-    fv_lo, fv_hi = _first_value_high(f16, k0)
+    # the block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
+    # and code - 127.5 = (low - 7.5) + 16 * (high - 7.5) adds the high nibbles (in the key code row
+    # of token 0, contiguous) on their own
+    f16s = 16.0 * f16.to(tl.float32)
+    fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
+    fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
 @triton.jit
-def _page_terms(cache_ptr, bt_row, head, stride_cb, q_lo, q_hi, c_lo, c_hi, terms_ptr, head_stride, heads,
-                G: tl.constexpr, HALF: tl.constexpr, PP: tl.constexpr, CH: tl.constexpr, K_SCALE: tl.constexpr,
-                K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
-                CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr, SLACK: tl.constexpr):
-    """The per-page key terms of pages c_lo..c_hi-1 (at most CH), PP pages at a time, for the page
-    loop to read rather than compute (TERMS_AHEAD): per query head g, at terms_ptr + g * head_stride *
-    2 * HALF, the score constant (_page_keys' s_const) at [i], the first token's exact score at [CH + i]
-    and the page's running-max offset at [2 * CH + i] (i = page - c_lo): its score bound
-    U = max(q . m + 15 * sum(max(q * s, 0)), first score), no score of the page above it (codes are
-    0..15; q * s rounded as the dots take it), but at most first score + SLACK. Returns the largest
-    gap U - first score of the pages.
-    Done here, all pages at once, the three sums over channels and their move into the scores' layout
-    leave the page loop's chain of dependent steps, and the bound replaces the max over the page's
-    tokens, which needs the 4 warps' partial maxima (shared memory and barriers) every page."""
-    g = tl.arange(0, G)
-    c = tl.arange(0, HALF)
-    i = tl.arange(0, PP)
-    out = terms_ptr + g[None, :] * head_stride * (2 * HALF)  # [1, G]
-    gap = 0.0
-    # pipelined: as a plain loop each step of PP pages waited for two dependent memory round trips
-    # (block table, then the pages' statistics) before the next one began, all before the page loop
-    for p0 in tl.range(c_lo, c_hi, PP, num_stages=3):
-        ok = p0 + i < c_hi
-        blocks = tl.load(bt_row + p0 + i, mask=ok, other=0)
-        region = cache_ptr + blocks.to(tl.int64) * stride_cb + head  # [PP]
-        ks = (region + K_SCALE).to(tl.pointer_type(tl.float16))[:, None, None] + c[None, None, :]  # [PP, 1, HALF]
-        km = (region + K_MIN).to(tl.pointer_type(tl.float16))[:, None, None] + c[None, None, :]
-        fk = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))[:, None, None] + c[None, None, :]
-        qk_lo = (q_lo[None, :, :] * tl.load(ks).to(tl.float32)).to(DOT_DTYPE).to(tl.float32)  # [PP, G, HALF]
-        qk_hi = (q_hi[None, :, :] * tl.load(ks + HALF).to(tl.float32)).to(DOT_DTYPE).to(tl.float32)
-        qm = tl.sum(q_lo[None, :, :] * tl.load(km).to(tl.float32)
-                    + q_hi[None, :, :] * tl.load(km + HALF).to(tl.float32), axis=2)  # [PP, G]
-        s_const = qm - CODE_BIAS * tl.sum(qk_lo + qk_hi, axis=2)
-        s_first = tl.sum(q_lo[None, :, :] * tl.load(fk).to(tl.float32)
-                         + q_hi[None, :, :] * tl.load(fk + HALF).to(tl.float32), axis=2)
-        bound = qm + 15.0 * tl.sum(tl.maximum(qk_lo, 0.0) + tl.maximum(qk_hi, 0.0), axis=2)
-        at = out + (p0 - c_lo + i)[:, None]
-        m = ok[:, None] & (g < heads)[None, :]
-        tl.store(at, s_const, mask=m)
-        tl.store(at + CH, s_first, mask=m)
-        tl.store(at + 2 * CH, tl.minimum(tl.maximum(bound, s_first), s_first + SLACK), mask=m)
-        gap = tl.maximum(gap, tl.max(tl.max(tl.where(m, bound - s_first, 0.0), axis=1), axis=0))
-    return gap
+def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi, o_ptr, ml_ptr, head_stride,
+                   heads, G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
+                   BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
+                   V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+                   FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+    """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
+    basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
+    partials of 2 * HALF values and of a (max, sum) pair).
 
-
-@triton.jit
-def _page_loop(m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2,
-               page_lo, page_hi, terms_ptr, head_stride, G: tl.constexpr, SUB: tl.constexpr,
-               PAGE_STAGES: tl.constexpr, BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
-               V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-               FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-               DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, AHEAD: tl.constexpr, CH: tl.constexpr):
-    """Pages page_lo..page_hi-1 into a split's running state (max, sums, accumulators); AHEAD: their
-    key terms and score bounds from _page_terms (at terms_ptr, page page_lo first) instead of
-    computed here, and the running max from the bounds."""
+    Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
+    columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
+    tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
+    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page."""
+    # fp32 operands (an fp32 model) multiplied in fp32: as tf32 the dots would round q * s and p * s,
+    # which the biased codes' constants are computed from unrounded (dot_precision)
     EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
+    g_ok = g < heads
+    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
+    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
+        q_pow2 = fp16_query_scale(q_lo, q_hi)
+        q_lo = q_lo / q_pow2[:, None]
+        q_hi = q_hi / q_pow2[:, None]
+    m_i = tl.full([G], -float("inf"), tl.float32)
+    l_tile = tl.zeros([SUB, G], tl.float32)
+    ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
+    acc_lo = tl.zeros([HALF, G], tl.float32)
+    acc_hi = tl.zeros([HALF, G], tl.float32)
     tb = tl.arange(0, BS)
-    terms = terms_ptr + g * head_stride * (2 * HALF)  # [G]
     # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
     ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
     vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
@@ -254,18 +209,9 @@ def _page_loop(m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head,
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
         ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
-        if AHEAD:
-            region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
-            qk_lo, qk_hi = _scaled_queries(q_lo, q_hi, (region + K_SCALE).to(tl.pointer_type(tl.float16)), c,
-                                           HALF, DOT_DTYPE)
-            s_const = tl.load(terms + (page - page_lo))
-            s_first = tl.load(terms + CH + (page - page_lo))
-            bound = tl.load(terms + 2 * CH + (page - page_lo))
-            fv_lo, fv_hi = _first_value_high(f16, k0)
-        else:
-            region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
-                cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
-                FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
+        region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
+            cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
         if DOT_DTYPE == tl.float16:
             s_const = s_const * q_pow2
             s_first = s_first * q_pow2
@@ -280,17 +226,10 @@ def _page_loop(m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head,
                 s = s * q_pow2[None, :] + s_const[None, :]
             else:
                 s += s_const[None, :]
-            if AHEAD:
-                # the running max from the page's bound, known before its scores: no max over the
-                # tokens. Exact all the same (any offset at or above the scores is)
-                if sub == 0:
-                    s = tl.where(ts[:, None] == 0, -float("inf"), s)
-                m_tile = bound
-            else:
-                m_tile = tl.max(s, axis=0)
-                if sub == 0:  # the block's first token: its exact key's score
-                    s = tl.where(ts[:, None] == 0, -float("inf"), s)
-                    m_tile = tl.maximum(tl.max(s, axis=0), s_first)
+            m_tile = tl.max(s, axis=0)
+            if sub == 0:  # the block's first token: its exact key's score
+                s = tl.where(ts[:, None] == 0, -float("inf"), s)
+                m_tile = tl.maximum(tl.max(s, axis=0), s_first)
             m_new = tl.maximum(m_i, m_tile)
             alpha = tl.exp2(m_i - m_new)
             pr = tl.exp2(s - m_new[None, :])
@@ -311,72 +250,6 @@ def _page_loop(m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head,
                 acc_lo += fv_lo[:, None] * p_first[None, :]
                 acc_hi += fv_hi[:, None] * p_first[None, :]
             m_i = m_new
-    return m_i, l_tile, ps_tile, acc_lo, acc_hi
-
-
-@triton.jit
-def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi, o_ptr, ml_ptr, head_stride,
-                   heads, G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
-                   BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
-                   V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-                   FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, TERMS_AHEAD: tl.constexpr,
-                   BOUND_SLACK: tl.constexpr):
-    """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
-    basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
-    partials of 2 * HALF values and of a (max, sum) pair).
-
-    Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
-    columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
-    tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
-    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page.
-
-    TERMS_AHEAD (bf16 or fp32 operands; fp16 operands keep the per-page terms): a split of at most
-    CH pages has its pages' key terms and score bounds computed before the page loop (_page_terms),
-    into its own output partial, which is written only after the loop."""
-    g = tl.arange(0, G)
-    c = tl.arange(0, HALF)
-    g_ok = g < heads
-    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
-    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-    q_pow2 = tl.full([G], 1.0, tl.float32)
-    if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
-        q_pow2 = fp16_query_scale(q_lo, q_hi)
-        q_lo = q_lo / q_pow2[:, None]
-        q_hi = q_hi / q_pow2[:, None]
-    m_i = tl.full([G], -float("inf"), tl.float32)
-    l_tile = tl.zeros([SUB, G], tl.float32)
-    ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
-    acc_lo = tl.zeros([HALF, G], tl.float32)
-    acc_hi = tl.zeros([HALF, G], tl.float32)
-    AHEAD: tl.constexpr = TERMS_AHEAD and DOT_DTYPE != tl.float16
-    # pages per _page_terms pass: their 3 terms per query head fit its 2 * HALF output values
-    CH: tl.constexpr = HALF // 2
-    fast = False
-    if AHEAD:  # noqa: SIM102 (a compile-time condition around a runtime one)
-        # a split of at most CH pages (16 at 8k x 32 and 32k x 8 on an H100 or H200): its pages'
-        # terms first, then the loop that reads them (a loop around both, for longer splits, cost
-        # the page loop 160-184 bytes of spills; they keep the loop below)
-        if page_hi - page_lo <= CH:
-            gap = _page_terms(cache_ptr, bt_row, head, stride_cb, q_lo, q_hi, page_lo, page_hi, o_ptr,
-                              head_stride, heads, G, HALF, TERMS_PAGES, CH, K_SCALE, K_MIN, FIRST_KEY,
-                              FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, BOUND_SLACK)
-            tl.debug_barrier()  # every warp's terms stored before any warp reads them
-            # the offsets as the running max: a page's largest p lies between 2^-BOUND_SLACK (the
-            # offset at most that far above its first score) and 2^(gap - BOUND_SLACK) (at most
-            # that far below its bound); beyond 2 * BOUND_SLACK the split takes the exact max
-            fast = gap <= 2 * BOUND_SLACK
-    if fast:
-        m_i, l_tile, ps_tile, acc_lo, acc_hi = _page_loop(
-            m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2,
-            page_lo, page_hi, o_ptr, head_stride, G, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE,
-            K_SCALE, K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, True, CH)
-        tl.debug_barrier()  # every warp done reading the terms before the partial overwrites them
-    else:
-        m_i, l_tile, ps_tile, acc_lo, acc_hi = _page_loop(
-            m_i, l_tile, ps_tile, acc_lo, acc_hi, cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2,
-            page_lo, page_hi, o_ptr, head_stride, G, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE,
-            K_SCALE, K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, False, CH)
     l_i, p_sum = tl.reduce((l_tile, ps_tile), 0, _add2)
     acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
     acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
@@ -403,14 +276,7 @@ def _decode_kernel(
     LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
-    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, TERMS_AHEAD: tl.constexpr = False,
-    # TERMS_AHEAD (_pages_partial): a page's running-max offset is its score bound, but at most BOUND_SLACK
-    # above its first exact score, and a split with a page whose bound lies more than 2 * BOUND_SLACK
-    # above it takes the exact max: the page's largest p stays within 2^-64 .. 2^64, so p * s (bf16 or
-    # fp32, normal from 2^-126 on; value scales are fp16, 2^-24 .. 2^16) neither overflows nor loses a
-    # token within 2^-38 of the page's largest weight. SmolLM2's decode splits of 16 pages: gaps of
-    # median 62.7, p99 119.5, max 198.4 log2 units (tools/bound_gaps.py --windows 2)
-    BOUND_SLACK: tl.constexpr = 64.0,
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -471,8 +337,7 @@ def _decode_kernel(
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, TERMS_AHEAD,
-                       BOUND_SLACK)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -754,11 +619,6 @@ PAGE_HEADS = 8
 # rotating their queries themselves so that they need not wait for the row kernel and the store
 # (ROTATE_IN_PAGES), and whole code bytes as fp16 operands (BYTE_CODES, 12% fewer instructions per
 # page): none made the engine's step or the page kernel shorter, also with the pages in L2.
-# TERMS_AHEAD (an option, off: _pages_partial): the page loop without its per-page key terms and with
-# its score bounds as the running max is 13% shorter (about 43 against 49 us from L2 at 8k x 32 and
-# 32k x 8 on an H100), but computing the terms before it costs 8-10 us per program, all of which wait
-# for it at once: the page kernel 50.4-51.0 us from L2 and 59.3-60.8 from DRAM against the default's
-# 48.3-49.2 and 54.8-56.3 (2026-12-06, docs/results/gpu-2026-12-06-terms-ahead/).
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
                    "num_warps": 4, "maxnreg": 128}
 

@@ -1,4 +1,5 @@
-"""tools/bound_gaps.py and the score bound the decode kernel's TERMS_AHEAD loop takes as its running
+"""bound_gaps.py (beside this file; a record since the option was removed, not in CI's suite:
+`PYTHONPATH=. python -m pytest docs/results/gpu-2026-12-06-terms-ahead/test_bound_gaps.py`) and the score bound the decode kernel's TERMS_AHEAD loop takes as its running
 max (s4kv.kernels.decode._page_terms; bound_gaps.page_bounds): q . m + 15 * sum(max(q * s, 0)) lies
 at or above every score a page's quantized keys give (codes 0..15), and the tool's gaps are taken
 per split as the kernel's splits see them. CPU, no model."""
@@ -10,7 +11,7 @@ import torch
 
 from s4kv import format as fmt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bound_gaps
 
 

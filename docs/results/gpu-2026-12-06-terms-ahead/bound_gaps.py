@@ -1,8 +1,9 @@
 """How far the pages' score bounds lie above their first exact scores on a real model (CPU).
 
-    python tools/bound_gaps.py [--tokens 2048] [--windows 2] [--pages-per-split 16] [--stride 16]
+    python docs/results/gpu-2026-12-06-terms-ahead/bound_gaps.py [--tokens 2048] [--windows 2] [--pages-per-split 16] [--stride 16]
 
-The decode kernel's TERMS_AHEAD option (s4kv.kernels.decode._page_terms) takes each page's score
+(tools/bound_gaps.py until the option it measured for was removed, 2026-12-06, seventh session: its
+kernel side is terms-ahead.diff here.) The decode kernel's TERMS_AHEAD option (s4kv.kernels.decode._page_terms) took each page's score
 bound, q . m + 15 * sum(max(q * s, 0)) in the rotated basis (no score of the page can exceed it),
 as the running max instead of the max over the page's tokens, capped at the page's first exact
 score + BOUND_SLACK (64 log2 units). That is exact while the page's largest p stays within
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from s4kv import format as fmt
