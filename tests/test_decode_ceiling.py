@@ -45,9 +45,11 @@ def test_ceiling_reads_the_format_bytes_at_copy_bandwidth():
     assert c["kv_copy_us_per_layer"] == pytest.approx(floor_us)
     assert c["ceiling_ratio"] == pytest.approx(8247.0 / (4267.0 + 304.0 + 28 * floor_us))
     assert c["measured_ratio"] == pytest.approx(8247.0 / 6200.0)
+    assert c["ceiling_ratio_bf16_idle"] == pytest.approx(8247.0 / (4267.0 + 142.0 + 28 * floor_us))
     # an attention path of exactly the allowance gives the target ratio
     for t, us in c["allowed_us_per_layer"].items():
         assert 8247.0 / (4267.0 + 304.0 + 28 * us) == pytest.approx(t)
+        assert 8247.0 / (4267.0 + 142.0 + 28 * c["allowed_us_per_layer_bf16_idle"][t]) == pytest.approx(t)
     assert c["allowed_us_per_layer"][1.5] < floor_us < c["allowed_us_per_layer"][1.4]
 
 
