@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, sixth session: the per-page-chain design of step 0b
-# is built as TERMS_AHEAD and timed on an H100: its loop 13% shorter, but its terms step costs 8-10 us per
-# program, so the kernel is slower; the next form of it, terms as three small dots and B taken off the
-# key codes in the loop, is in docs/results/gpu-2026-12-06-terms-ahead/README.md. The GPU pytest suite
-# has not run since 83c4917: with the bundle, `run-on-device.sh patch tests` first (it holds the
-# TERMS_AHEAD variants and test_mixed_batches_with_programmatic_rows). docs/results/gpu-2026-12-06-terms-ahead/run.sh
-# times TERMS_AHEAD against the default (no vLLM needed, about 3 min per pass).)
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, seventh session: no GPU was lent, six tries refused;
+# TERMS_AHEAD is removed; tools/decode_ceiling.py puts 1.5x at 32k x 8 at the ceiling of the format's bytes,
+# docs/results/cpu-2026-12-06-decode-ceiling/). On an H200, issue 14's figures on the current default, in
+# two detached parts (docs/results/gpu-2026-12-06-acceptance/run.sh):
+#   call 1, carry [".gpu/c0"]: mkdir -p /root/stage && cp .gpu/c0 /root/stage/ &&
+#           (setsid nohup bash docs/results/gpu-2026-12-06-acceptance/run.sh kernels /root/acc >/root/acc-kernels.log 2>&1 </dev/null &)
+#   calls 2-7: the chunks c1..c6; call 8, carry c7 and the setup files:
+#           cp .gpu/c7 /root/stage/ && bash .gpu/setup-on-device.sh &&
+#           (setsid nohup bash docs/results/gpu-2026-12-06-acceptance/run.sh engine /root/acc >/root/acc-engine.log 2>&1 </dev/null &)
+#   then calls of `cat /root/acc/progress; sleep 500` and finally tar /root/acc into $OUT.
+# engine: bench-speed (bf16, fp8, int4_kivi; KVS_SPEED=auto,fp8,turboquant_4bit_nc,int4_kivi for all four,
+# about 6 minutes more), profile-decode at 32,704 x 8 (python3 tools/decode_ceiling.py on it), the GPU tests.
+# The GPU pytest suite has not run since 83c4917 (test_mixed_batches_with_programmatic_rows is new).
 # Before that (fifth session, H100 again): the page kernel takes
 # 49 us at 32k x 8 with every page in L2 against 55 from DRAM, the H200's own time from DRAM, so on the
 # H200 the loop's per-page chain bounds it; probes without the per-page key terms and max take 31 us
