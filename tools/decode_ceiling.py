@@ -8,9 +8,10 @@ PROFILE.json: tools/gpu/profile_decode.py's records (one per dtype and point; in
 `auto`, at the same point). KERNELS.json: s4kv.kernels.bench's records of the same lease, for the
 GPU's copy bandwidth (a device-to-device copy; or --copy-tbps).
 
-Per point it splits each dtype's step into its attention path (the kernels that read or write the
-KV cache: s4kv's decode, reduction, row, store and window kernels; FlashAttention and
-reshape_and_cache for bf16) and the rest (the model's own work, the same for both), and prints:
+Per point it splits each dtype's step into the model's own kernels (the rest: every kernel but
+those that read or write the KV cache, which are s4kv's decode, reduction, row, store, window and
+stage kernels, FlashAttention and reshape_and_cache), the GPU's idle time, and the attention path,
+what is left of the wall time (split_step), and prints:
 
 - the **ceiling**: bf16's step over an int4_kivi step whose attention path reads the format's
   bytes at the copy bandwidth and costs nothing else (the rest and the idle time as profiled; and
@@ -95,7 +96,7 @@ def pairs(records: list[dict]):
     by_point: dict = {}
     for r in records:
         by_point.setdefault((r["context"], r["batch"]), {})[r["kv_cache_dtype"]] = r
-    for point, recs in sorted(by_point.items()):
+    for _, recs in sorted(by_point.items()):
         if "int4_kivi" in recs and "auto" in recs:
             yield recs["int4_kivi"], recs["auto"]
 
