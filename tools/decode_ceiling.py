@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from s4kv import format as fmt
+from s4kv.bench.worker import head_size
 from s4kv.models import DUMMY_CONFIGS
 
 # the kernels of a decode step that belong to attention and the KV cache: s4kv's Triton kernels
@@ -62,8 +63,7 @@ def split_step(rec: dict) -> dict:
 def model_shape(model: str) -> tuple[int, int, int]:
     """(layers, kv heads, head size) of a bench model name (dummy:qwen2.5-7b, ...)."""
     cfg = DUMMY_CONFIGS[model.split(":", 1)[-1]]
-    head = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    return cfg["num_hidden_layers"], cfg["num_key_value_heads"], head
+    return cfg["num_hidden_layers"], cfg["num_key_value_heads"], head_size(cfg)
 
 
 def kv_copy_us(model: str, context: int, batch: int, steps: int, copy_bps: float) -> float:
@@ -113,8 +113,9 @@ def report(c: dict, source: str) -> None:
           f"+ idle {b['idle']:5,.0f}")
     print(f"  int4_kivi step {a['wall']:8,.0f} = attention {a['attention']:7,.0f} + rest {a['rest']:7,.0f} "
           f"+ idle {a['idle']:5,.0f}   measured {c['measured_ratio']:.2f}x bf16")
-    print(f"  attention path {c['attention_us_per_layer']:.1f} us per layer; the KV bytes at copy bandwidth "
-          f"{c['kv_copy_us_per_layer']:.1f} us per layer")
+    print(f"  attention path {c['attention_us_per_layer']:.1f} us per layer (the sum of its kernels' durations "
+          f"{a['attention_kernel_sum'] / c['layers']:.1f}, larger where launches overlap); the KV bytes at copy "
+          f"bandwidth {c['kv_copy_us_per_layer']:.1f} us per layer")
     print(f"  ceiling (attention path = KV bytes at copy bandwidth, nothing else): {c['ceiling_ratio']:.3f}x bf16; "
           f"with bf16's idle time {c['ceiling_ratio_bf16_idle']:.3f}x")
     floor = c["kv_copy_us_per_layer"]
