@@ -16,6 +16,7 @@
 #   3. profile-decode: an engine's decode step kernel by kernel at 32,704 x 8, int4_kivi and bf16 (what
 #      the step spends outside attention: tools/decode_ceiling.py's bound on the 32k x 8 target)
 #   4. tests: the GPU kernel tests (8 workers)
+# STEPS="bench-speed" (or any of bench-speed profile-decode tests) runs only those after the patch
 set -u
 MODE=${1:?kernels or engine}
 W=${2:-/root/acc}
@@ -40,8 +41,10 @@ run() {  # STEP [ENV=VALUE...]: one run-on-device.sh step into $W
   env OUT="$W" "$@" bash tools/gpu/run-on-device.sh "$step" >>"$W/steps.log" 2>&1
   echo "$step: exit $? after $((SECONDS - t0)) s" >>"$W/progress"
 }
+# STEPS: which of the steps below run (all by default); a short lease runs "bench-speed" alone
+STEPS=" ${STEPS:-bench-speed profile-decode tests} "
 run patch
-run bench-speed KVS="${KVS_SPEED:-auto,fp8,int4_kivi}"
-run profile-decode KVS=int4_kivi,auto PROFILE_POINTS="${PROFILE_POINTS:-32704x8}"
-run tests PYTEST_ADDOPTS="-n 8"
+case $STEPS in *" bench-speed "*) run bench-speed KVS="${KVS_SPEED:-auto,fp8,int4_kivi}" ;; esac
+case $STEPS in *" profile-decode "*) run profile-decode KVS=int4_kivi,auto PROFILE_POINTS="${PROFILE_POINTS:-32704x8}" ;; esac
+case $STEPS in *" tests "*) run tests PYTEST_ADDOPTS="-n 8" ;; esac
 echo "engine done" >>"$W/progress"
