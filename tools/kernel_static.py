@@ -440,6 +440,12 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
                       "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
                       "top": top,
                       "by_line": loop_lines(kern.kernel, body[0], body[1]) if body else []},
+        # every loop with tensor-core instructions, in code order: a kernel with two page loops (one
+        # a fallback) shows both here, while page_loop is the longer one
+        "mma_loops": [{"offset": lo, "instructions_per_warp": sum(c.values()), "mma_per_warp": _mma(c),
+                       "barriers_per_warp": sum(n for op, n in c.items() if op.startswith("BAR")),
+                       "shuffles_per_warp": sum(n for op, n in c.items() if op.startswith("SHFL"))}
+                      for lo, _hi, c in loop_bodies(sass) if _mma(c)],
         "sass_sha1": hashlib.sha1(listing.encode()).hexdigest(),
         "triton": triton.__version__,
     }
