@@ -261,9 +261,6 @@ LAUNCH_VARIANTS = {
                                  ("decode", 64): {"TAIL_STAGES": 2}, ("decode", 128): {"TAIL_STAGES": 2}},
     # fp16 dot operands for a bf16 model (s4kv.kernels.decode.page_operand_dtype)
     "fp16-operands": {("decode-grid", 0): {"fp16_operands": True}},
-    # one offset per split, its first page's first score, instead of the running max
-    # (s4kv.kernels.decode._page_loop; random data's gaps are 30-41 log2 units: no split falls back)
-    "first-offset": {("decode", 64): {"FIRST_OFFSET": True}, ("decode", 128): {"FIRST_OFFSET": True}},
 }
 
 
@@ -277,7 +274,7 @@ def test_decode_launch_variants_against_reference(variant, monkeypatch):
     _check_split_counts(_engine(7, 1, 128, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("operands", ["model", "fp16", "first-offset"])
+@pytest.mark.parametrize("operands", ["model", "fp16"])
 @pytest.mark.parametrize("q_scale", [1, 8, 16])
 def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     """Queries 1x, 8x and 16x larger: scores spread over hundreds of log2 units, so that most pages'
@@ -293,39 +290,7 @@ def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     bound of the reference itself (emulated 9.6e-4 / 6.6e-4 at 8x / 16x)."""
     if operands == "fp16":
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
-    if operands == "first-offset":  # one offset per split; at 8x and 16x its p overflow: the fallback
-        _set_launch(monkeypatch, {("decode", 64): {"FIRST_OFFSET": True}})
     _check_scaled_decode_row(torch.bfloat16, q_scale, operand_roundings=True, reference=operands == "fp16")
-
-
-def test_first_offset_falls_back_where_p_would_overflow(monkeypatch):
-    """FIRST_OFFSET (one offset per split, its first page's first score): page 1 starts with a key
-    far below the decode query and holds a key far above it 7 tokens on, 170+ log2 units apart, so
-    that in a split starting at page 1 p = exp2(score - offset) overflows fp32 in the fast loop. The
-    split must see it and take the running max: with 1 split (page 0's first score as the offset,
-    p near 2^86, past FIRST_OFFSET_P_CAP) and 8 (each page its own split: p overflows) the row is
-    finite and matches the reference."""
-    from s4kv.kernels import decode
-
-    _set_launch(monkeypatch, {("decode", 64): {"FIRST_OFFSET": True}})
-    e = _engine(7, 1, 64, torch.bfloat16, num_blocks=16)
-    e.add("a", 5 * BS + 3)
-    r = e.reqs["a"]
-    ctx = 5 * BS + 2
-    q = r["q"][ctx, 0].float()  # the decode row's first query head
-    toward = q / q.norm()
-    r["k"][BS, 0] = (-60.0 * toward).to(r["k"].dtype)  # page 1's first key: far below
-    r["k"][BS + 7, 0] = (60.0 * toward).to(r["k"].dtype)  # its eighth: far above
-    scores = r["k"][:ctx + 1, 0].float() @ q * (64 ** -0.5) * decode.LOG2E
-    assert scores[BS + 7] - scores[BS] > 128  # past fp32's exp2 range from page 1's first score
-    assert scores[BS + 7] - scores[0] > 80  # past the cap from page 0's
-    e.step([("a", ctx)])
-    for splits in (1, 8):
-        monkeypatch.setattr(decode, "num_splits", lambda *a, s=splits, **k: s)
-        result = e.step([("a", 1)])
-        assert torch.isfinite(result["a"][0]).all(), splits
-        check(e, result, TOL[torch.bfloat16])
-        e.reqs["a"]["done"] -= 1  # the same query again with the other split count
 
 
 def _operand_dtype(model_dtype):

@@ -168,39 +168,38 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
-# FIRST_OFFSET (_pages_partial): the largest p = exp2(score - offset) a split may take with its first
-# page's first score as its offset. p * s (bf16 or fp32; value scales are fp16, at most 2^16) stays
-# under 2^96, and an output sum over 2^15 tokens of codes up to 2^7.2 times that under 2^119, inside
-# fp32's 2^128. SmolLM2's own queries and keys put log2(p) at most 75.5 in 25,920 decode splits that
-# do not hold the sequence's first page (p99.9 53.0; docs/results/cpu-2026-12-06-first-offset/).
-FIRST_OFFSET_P_CAP = tl.constexpr(2.0**80)
-
-
 @triton.jit
-def _page_loop(cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2, offset, page_lo, page_hi,
-               G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
-               BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
-               V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-               FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-               DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, FIRST_OFFSET: tl.constexpr):
-    """_pages_partial's loop over pages page_lo..page_hi-1: its softmax state (max [G], l and sum of
-    p * s tiles [SUB, G], the output halves [HALF, G]) and the largest p it took (FIRST_OFFSET).
+def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi, o_ptr, ml_ptr, head_stride,
+                   heads, G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
+                   BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
+                   V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
+                   FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+    """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
+    basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
+    partials of 2 * HALF values and of a (max, sum) pair).
 
-    FIRST_OFFSET: `offset` [G] is the max for every page, instead of the running max over the
-    pages' tokens, which costs each page a reduction across the program's warps (3-4 of its 17
-    barriers) and the rescaling of the state. The softmax is the same for any offset; only the
-    size of p depends on it, which the largest p returned bounds (the caller checks it). Empty
-    split: max -inf, as with the running max."""
+    Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
+    columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
+    tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
+    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page."""
     # fp32 operands (an fp32 model) multiplied in fp32: as tf32 the dots would round q * s and p * s,
     # which the biased codes' constants are computed from unrounded (dot_precision)
     EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
+    g = tl.arange(0, G)
     c = tl.arange(0, HALF)
+    g_ok = g < heads
+    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
+    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
+    if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
+        q_pow2 = fp16_query_scale(q_lo, q_hi)
+        q_lo = q_lo / q_pow2[:, None]
+        q_hi = q_hi / q_pow2[:, None]
     m_i = tl.full([G], -float("inf"), tl.float32)
     l_tile = tl.zeros([SUB, G], tl.float32)
     ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
     acc_lo = tl.zeros([HALF, G], tl.float32)
     acc_hi = tl.zeros([HALF, G], tl.float32)
-    p_top = tl.zeros([SUB, G], tl.float32)  # FIRST_OFFSET: the largest p per tile position
     tb = tl.arange(0, BS)
     # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
     ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
@@ -227,107 +226,30 @@ def _page_loop(cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2, offset, p
                 s = s * q_pow2[None, :] + s_const[None, :]
             else:
                 s += s_const[None, :]
-            if FIRST_OFFSET:
-                # one offset for the whole split: no max over the page's tokens and no rescaling
-                if sub == 0:
-                    s = tl.where(ts[:, None] == 0, -float("inf"), s)
-                pr = tl.exp2(s - offset[None, :])
-                p_top = tl.maximum(p_top, pr)  # elementwise: the check is one reduction after the loop
-                if sub == 0:
-                    p_first = tl.exp2(s_first - offset)
-                    pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
-                vs = vs_page if SUB == BS else tl.load(vs_ptr + ts)
-                pv = (pr * vs.to(tl.float32)[:, None]).to(DOT_DTYPE)
-                l_tile += pr
-                ps_tile += pv.to(tl.float32)
-                vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-                v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-                acc_lo = tl.dot(v_lo, pv, acc_lo, input_precision=EXACT)
-                acc_hi = tl.dot(v_hi, pv, acc_hi, input_precision=EXACT)
-                if sub == 0:  # the first value's high nibbles
-                    acc_lo += fv_lo[:, None] * p_first[None, :]
-                    acc_hi += fv_hi[:, None] * p_first[None, :]
-            else:
-                m_tile = tl.max(s, axis=0)
-                if sub == 0:  # the block's first token: its exact key's score
-                    s = tl.where(ts[:, None] == 0, -float("inf"), s)
-                    m_tile = tl.maximum(tl.max(s, axis=0), s_first)
-                m_new = tl.maximum(m_i, m_tile)
-                alpha = tl.exp2(m_i - m_new)
-                pr = tl.exp2(s - m_new[None, :])
-                if sub == 0:
-                    p_first = tl.exp2(s_first - m_new)
-                    pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
-                # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
-                # the scales loaded a page ahead (a sub-tile's own: loaded here)
-                vs = vs_page if SUB == BS else tl.load(vs_ptr + ts)
-                pv = (pr * vs.to(tl.float32)[:, None]).to(DOT_DTYPE)
-                l_tile = l_tile * alpha[None, :] + pr
-                ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
-                vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-                v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-                acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
-                acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
-                if sub == 0:  # the first value's high nibbles
-                    acc_lo += fv_lo[:, None] * p_first[None, :]
-                    acc_hi += fv_hi[:, None] * p_first[None, :]
-                m_i = m_new
-    if FIRST_OFFSET:  # an empty split's offset is -inf: the reduction gives it no weight
-        m_i = tl.where(page_hi > page_lo, offset, m_i)
-    return m_i, l_tile, ps_tile, acc_lo, acc_hi, p_top
-
-
-@triton.jit
-def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi, o_ptr, ml_ptr, head_stride,
-                   heads, G: tl.constexpr, SUB: tl.constexpr, PAGE_STAGES: tl.constexpr,
-                   BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
-                   V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
-                   FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, FIRST_OFFSET: tl.constexpr):
-    """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
-    basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
-    partials of 2 * HALF values and of a (max, sum) pair).
-
-    Transposed tiles: tokens are the rows (the dots' M, 16 per MMA) and the G query heads the
-    columns (N, 8 per MMA: GQA groups of up to 8 fill it), so no MMA row is padding and score
-    tiles hold SUB x G values (G = 8): scores^T = codes [SUB, HALF] @ (q * s)^T, out^T += (value codes)^T
-    [HALF, SUB] @ (p * s)^T, both code tiles read as they lie in the page.
-
-    FIRST_OFFSET (bf16 or fp32 operands; fp16 operands keep the running max, their p * s would
-    overflow far sooner): the loop with one offset for the whole split, its first page's first
-    exact score (_page_loop). Exact while no p exceeded FIRST_OFFSET_P_CAP, which the split checks
-    after its loop; a split where one did runs its pages again with the running max."""
-    g = tl.arange(0, G)
-    c = tl.arange(0, HALF)
-    g_ok = g < heads
-    q_lo = tl.load(qr_row + g[:, None] * (2 * HALF) + c[None, :], mask=g_ok[:, None], other=0.0)
-    q_hi = tl.load(qr_row + g[:, None] * (2 * HALF) + HALF + c[None, :], mask=g_ok[:, None], other=0.0)
-    q_pow2 = tl.full([G], 1.0, tl.float32)
-    if DOT_DTYPE == tl.float16:  # the page terms come in units of q_pow2 (fp16_query_scale)
-        q_pow2 = fp16_query_scale(q_lo, q_hi)
-        q_lo = q_lo / q_pow2[:, None]
-        q_hi = q_hi / q_pow2[:, None]
-    FAST: tl.constexpr = FIRST_OFFSET and DOT_DTYPE != tl.float16
-    offset = tl.zeros([G], tl.float32)
-    if FAST:
-        # the split's offset: its first page's first exact score (an empty split reads its row's
-        # page 0 and uses nothing of it)
-        first = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
-        fk_ptr = (first + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
-        offset = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
-                        + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
-    m_i, l_tile, ps_tile, acc_lo, acc_hi, p_top = _page_loop(
-        cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2, offset, page_lo, page_hi, G, SUB, PAGE_STAGES, BS,
-        HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE, K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE,
-        DOT_DTYPE, USE_PTX, FAST)
-    if FAST:  # noqa: SIM102 (a compile-time condition around a runtime one)
-        # an overflowed p is inf, which the max keeps (a NaN p comes only from NaN scores, which
-        # the exact max gives as well)
-        if tl.max(tl.max(p_top, axis=1), axis=0) > FIRST_OFFSET_P_CAP:
-            m_i, l_tile, ps_tile, acc_lo, acc_hi, p_top = _page_loop(
-                cache_ptr, stride_cb, head, bt_row, q_lo, q_hi, q_pow2, offset, page_lo, page_hi, G, SUB, PAGE_STAGES,
-                BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE, K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE,
-                DOT_DTYPE, USE_PTX, False)
+            m_tile = tl.max(s, axis=0)
+            if sub == 0:  # the block's first token: its exact key's score
+                s = tl.where(ts[:, None] == 0, -float("inf"), s)
+                m_tile = tl.maximum(tl.max(s, axis=0), s_first)
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.exp2(m_i - m_new)
+            pr = tl.exp2(s - m_new[None, :])
+            if sub == 0:
+                p_first = tl.exp2(s_first - m_new)
+                pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
+            # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
+            # the scales loaded a page ahead (a sub-tile's own: loaded here)
+            vs = vs_page if SUB == BS else tl.load(vs_ptr + ts)
+            pv = (pr * vs.to(tl.float32)[:, None]).to(DOT_DTYPE)
+            l_tile = l_tile * alpha[None, :] + pr
+            ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
+            vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
+            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
+            acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
+            if sub == 0:  # the first value's high nibbles
+                acc_lo += fv_lo[:, None] * p_first[None, :]
+                acc_hi += fv_hi[:, None] * p_first[None, :]
+            m_i = m_new
     l_i, p_sum = tl.reduce((l_tile, ps_tile), 0, _add2)
     acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
     acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
@@ -355,7 +277,6 @@ def _decode_kernel(
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
     WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
-    FIRST_OFFSET: tl.constexpr = False,  # _pages_partial: one offset per split instead of the running max
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -416,7 +337,7 @@ def _decode_kernel(
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, FIRST_OFFSET)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1

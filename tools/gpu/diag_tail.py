@@ -23,8 +23,7 @@ from s4kv.kernels.decode import decode_attention
 from s4kv.kernels.store import quantize_rows
 
 VARIANTS = {"default": {}, "TAIL_STAGES=2": {"TAIL_STAGES": 2}, "TAIL_SUB=64": {"TAIL_SUB": 64},
-            "TAIL_SUB=16": {"TAIL_SUB": 16}, "num_warps=8": {"num_warps": 8},
-            "FIRST_OFFSET": {"FIRST_OFFSET": True}}
+            "TAIL_SUB=16": {"TAIL_SUB": 16}, "num_warps=8": {"num_warps": 8}}
 
 
 def rel(a, b):

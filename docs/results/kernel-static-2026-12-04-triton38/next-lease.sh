@@ -1,4 +1,13 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, eighth session: an H100 ran issue 14's end-to-end
+# bench with all four dtypes, docs/results/gpu-h100-2026-12-06-eighth/; FIRST_OFFSET, one softmax offset
+# per decode split instead of the running max (3 of the page loop's 17 barriers gone), is built and
+# correct under the interpreter but not timed: docs/results/cpu-2026-12-06-first-offset/).
+#   On any GPU, one call of about 3 minutes, no vLLM: bash docs/results/cpu-2026-12-06-first-offset/make-tree.sh here,
+#   pip download -d .gpu/pytest-wheels pytest, then carry [".gpu/first-offset", ".gpu/pytest-wheels"] and run
+#   OUT=$OUT bash docs/results/cpu-2026-12-06-first-offset/run.sh (the page kernel from L2 on an H100 stands in
+#   for the H200 from DRAM).
+#   On an H200 after it: docs/results/gpu-2026-12-06-acceptance/run.sh (kernels, then engine), as below.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, seventh session: no GPU was lent, six tries refused;
 # TERMS_AHEAD is removed; tools/decode_ceiling.py puts 1.5x at 32k x 8 at the ceiling of the format's bytes,
 # docs/results/cpu-2026-12-06-decode-ceiling/). On an H200, issue 14's figures on the current default, in
