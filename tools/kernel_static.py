@@ -10,7 +10,8 @@ never launches; cuobjdump gives registers, spills and SASS. Per kernel variant i
 registers, spills and shared memory per program; how many programs fit on one SM (registers,
 shared memory and threads of the architecture); how many buffers the software pipeline gives
 the page's code tiles (2: the next page loads while one is computed); and the instruction mix of
-the page loop (the loop with the most tensor-core instructions), per warp and per program. These are compile-time
+the page loop (the loop with the most tensor-core instructions), per warp and per program, and the
+counts of every loop with tensor-core instructions (mma_loops: a kernel with a fallback loop has two). These are compile-time
 facts, not timings: what they predict about speed needs the GPU (tools/gpu/tune_kernels.py).
 Each --json record also carries the SHA-1 of the kernel's SASS listing (sass_sha1): a change meant to
 leave the compiled code alone is checked by running this tool on both trees (--source) and

@@ -41,7 +41,6 @@ run() {  # STEP [ENV=VALUE...]: one run-on-device.sh step into $W
   env OUT="$W" "$@" bash tools/gpu/run-on-device.sh "$step" >>"$W/steps.log" 2>&1
   echo "$step: exit $? after $((SECONDS - t0)) s" >>"$W/progress"
 }
-# STEPS: which of the steps below run (all by default); a short lease runs "bench-speed" alone
 STEPS=" ${STEPS:-bench-speed profile-decode tests} "
 run patch
 case $STEPS in *" bench-speed "*) run bench-speed KVS="${KVS_SPEED:-auto,fp8,int4_kivi}" ;; esac
