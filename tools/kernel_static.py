@@ -122,9 +122,10 @@ def parse_sass(sass: str) -> list[tuple[int, str]]:
     return [(int(m.group(1), 16), opcode(m.group(2))) for m in map(_INSTR.match, sass.splitlines()) if m]
 
 
+@functools.lru_cache(maxsize=8)  # a kernel's page loop and its mma_loops both read them
 def loop_bodies(sass: str) -> list[tuple[int, int, collections.Counter]]:
     """(first, last offset, instruction counts) of every loop body (a backward branch and the code
-    it jumps over)."""
+    it jumps over). Cached: callers only read them."""
     ins = parse_sass(sass)
     bodies = []
     for line in sass.splitlines():
@@ -140,12 +141,17 @@ def loops(sass: str) -> list[collections.Counter]:
     return [counts for _, _, counts in loop_bodies(sass)]
 
 
+def _count(counter: collections.Counter, *prefixes: str) -> int:
+    """Instructions in `counter` whose opcode starts with one of `prefixes`."""
+    return sum(n for op, n in counter.items() if op.startswith(prefixes))
+
+
 def _mma(counter: collections.Counter) -> int:
-    return sum(n for op, n in counter.items() if op.startswith(("HMMA", "HGMMA")))
+    return _count(counter, "HMMA", "HGMMA")
 
 
 def _int_to_float(counter: collections.Counter) -> int:
-    return sum(n for op, n in counter.items() if op.startswith("I2F"))
+    return _count(counter, "I2F")
 
 
 def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
@@ -400,9 +406,7 @@ def loop_lines(cubin: bytes, lo: int, hi: int) -> list[dict]:
             by_line[where][opcode(text[off])] += 1
     rows = [{"file": w[0] if w else "?", "line": w[1] if w else 0, "instructions": sum(c.values()),
              "source": linecache.getline(w[0], w[1]).strip() if w else "", "top": dict(c.most_common(5)),
-             "barriers": sum(n for op, n in c.items() if op.startswith("BAR")),
-             "shuffles": sum(n for op, n in c.items() if op.startswith("SHFL")),
-             "local": sum(n for op, n in c.items() if op.startswith(("LDL", "STL")))}
+             "barriers": _count(c, "BAR"), "shuffles": _count(c, "SHFL"), "local": _count(c, "LDL", "STL")}
             for w, c in by_line.items()]
     return sorted(rows, key=lambda r: -r["instructions"])
 
@@ -436,16 +440,15 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
         "local_stores": sum(op.startswith("STL") for op in ops),
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
-                      "wgmma_per_warp": sum(n for op, n in page.items() if op.startswith("HGMMA")),
+                      "wgmma_per_warp": _count(page, "HGMMA"),
                       "int_to_float_per_warp": _int_to_float(page),
-                      "barriers_per_warp": sum(n for op, n in page.items() if op.startswith("BAR")),
+                      "barriers_per_warp": _count(page, "BAR"),
                       "top": top,
                       "by_line": loop_lines(kern.kernel, body[0], body[1]) if body else []},
         # every loop with tensor-core instructions, in code order: a kernel with two page loops (one
         # a fallback) shows both here, while page_loop is the longer one
         "mma_loops": [{"offset": lo, "instructions_per_warp": sum(c.values()), "mma_per_warp": _mma(c),
-                       "barriers_per_warp": sum(n for op, n in c.items() if op.startswith("BAR")),
-                       "shuffles_per_warp": sum(n for op, n in c.items() if op.startswith("SHFL"))}
+                       "barriers_per_warp": _count(c, "BAR"), "shuffles_per_warp": _count(c, "SHFL")}
                       for lo, _hi, c in loop_bodies(sass) if _mma(c)],
         "sass_sha1": hashlib.sha1(listing.encode()).hexdigest(),
         "triton": triton.__version__,
