@@ -18,14 +18,15 @@ tests') give gaps of 30-41.
 """
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
+
+from layer_qk import each_layer
 
 from s4kv import format as fmt
 from s4kv.kernels.decode import LOG2E
@@ -70,33 +71,12 @@ def main(argv=None) -> int:
     ap.add_argument("--slack", type=float, default=64.0)
     ap.add_argument("--model", default=None, help="HF directory (default: the converted SmolLM2)")
     args = ap.parse_args(argv)
-    from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
-
-    from s4kv import models
-
-    path = args.model or str(models.smollm2())
-    tok = AutoTokenizer.from_pretrained(path)
-    ids = tok.encode((ROOT / "s4kv" / "data" / "eval_text.txt").read_text())
     gaps: dict[int, list[float]] = {}
 
-    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-        scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-        gaps.setdefault(module.layer_idx, []).extend(
-            split_gaps(query[0], key[0], scale, args.stride, args.pages_per_split))
-        hq, hkv = query.shape[1], key.shape[1]
-        o = torch.nn.functional.scaled_dot_product_attention(
-            query.float(), key.repeat_interleave(hq // hkv, 1).float(),
-            value.repeat_interleave(hq // hkv, 1).float(), is_causal=True, scale=scale)
-        return o.transpose(1, 2).to(query.dtype), None
+    def on_layer(layer, q, k, scale):
+        gaps.setdefault(layer, []).extend(split_gaps(q, k, scale, args.stride, args.pages_per_split))
 
-    AttentionInterface.register("s4kv_gaps", attention)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
-                                                 attn_implementation="s4kv_gaps").eval()
-    for w in range(args.windows):
-        x = torch.tensor([ids[w * args.tokens:(w + 1) * args.tokens]])
-        with torch.no_grad():
-            model(x)
-        print(f"window {w + 1}/{args.windows} done", file=sys.stderr, flush=True)
+    path = each_layer(on_layer, args.tokens, args.windows, args.model)
     print(f"# {path}: {args.windows} window(s) of {args.tokens} tokens, decode positions every {args.stride}, "
           f"{args.pages_per_split} pages per split; gap = largest (page bound - first score), log2 units")
     print(f"| layer | splits | median | p90 | p99 | max | within {2 * args.slack:g} (bounds taken) |")
