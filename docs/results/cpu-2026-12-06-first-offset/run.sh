@@ -26,7 +26,7 @@ bench() {  # NAME TREE ALIAS [ENV=VALUE]
 }
 for pass in 1 2; do
   for a in 0 128; do
-    bench "shipped-alias$a-pass$pass" "$HERE" "$a" S4KV_BENCH=1
+    bench "shipped-alias$a-pass$pass" "$HERE" "$a"
     bench "first-offset-alias$a-pass$pass" "$V" "$a" S4KV_KERNEL_CONFIG=/tmp/first-offset.json
   done
 done
