@@ -1,4 +1,16 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, ninth session: an H200 ran issue 14 on the current tree,
+# docs/results/gpu-h200-2026-12-06-ninth/: 1.09x / 1.34x / 1.34x / 3.33x bf16, the decode call 57.8% / 56.8% of
+# copy; FIRST_OFFSET timed there, 0.1-0.6 us from DRAM, not shipped: drop it from the plan below).
+#   1. The GPU kernel tests (`bash tools/gpu/run-on-device.sh patch tests`, after the bundle): last run in the
+#      seventh session (161 passed, 1 skipped). Run them ALONE: run-on-device.sh kills every GPU process outside
+#      a detached run before each step (the ninth session's engine run killed FIRST_OFFSET's pytest that way).
+#   2. What moves the H200's page loop (48 us per layer from L2 against 33.4 us for its bytes): the per-page key
+#      terms (q*s into the dots' operand layout, the score constant), 42-43 us without them on the H100 from L2.
+#      Build a variant on the CPU first (tools/kernel_static.py counts), then time it with
+#      docs/results/cpu-2026-12-06-first-offset/run.sh's pattern (shipped and variant alternating, DRAM and L2).
+#   3. On an H200, tools/gpu/profile_decode.py --bench-like at 32,704 x 8 (the speed bench's accounting of the
+#      ceiling, 1.56x on the steady step) and at 8,192 x 32 (not profiled since 2026-12-04).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, eighth session: an H100 ran issue 14's end-to-end
 # bench with all four dtypes, docs/results/gpu-h100-2026-12-06-eighth/; FIRST_OFFSET, one softmax offset
 # per decode split instead of the running max (3 of the page loop's 17 barriers gone), is built and
