@@ -9,8 +9,13 @@
 #      terms (q*s into the dots' operand layout, the score constant), 42-43 us without them on the H100 from L2.
 #      Build a variant on the CPU first (tools/kernel_static.py counts), then time it with
 #      docs/results/cpu-2026-12-06-first-offset/run.sh's pattern (shipped and variant alternating, DRAM and L2).
-#   3. On an H200, tools/gpu/profile_decode.py --bench-like at 32,704 x 8 (the speed bench's accounting of the
-#      ceiling, 1.56x on the steady step) and at 8,192 x 32 (not profiled since 2026-12-04).
+#   3. On an H200, where the bench's 8k x 32 (1.34x) and 32k x 8 (1.34x) lose against the steady step (1.37x at
+#      32,704 x 8 today): the steady and the bench-like step at both points, about 8 minutes, detached:
+#        KVS=int4_kivi,auto PROFILE_POINTS="8192x32 32704x8" bash tools/gpu/run-on-device.sh --detach profile-decode
+#        then, with PROFILE_ARGS="--bench-like --steps 128", the same once more (each after `collect`);
+#      python3 tools/decode_ceiling.py on each JSON with --kernels from the lease's kernel bench. On 2026-12-04
+#      the bench-like step cost int4_kivi 842 us more than the steady one and bf16 232 (8k x 32): if that gap
+#      is still there, it is worth more than 0.06x at 8k x 32, the target's whole miss.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, eighth session: an H100 ran issue 14's end-to-end
 # bench with all four dtypes, docs/results/gpu-h100-2026-12-06-eighth/; FIRST_OFFSET, one softmax offset
 # per decode split instead of the running max (3 of the page loop's 17 barriers gone), is built and
