@@ -3,8 +3,12 @@ import glob
 import json
 import pathlib
 import statistics as st
+import sys
 
 RAW = pathlib.Path(__file__).parent / "raw"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tools"))
+
+import kernel_bench_table
 
 
 def engines():
@@ -28,12 +32,7 @@ def engines():
 
 def bench(pattern: str, title: str):
     print(title)
-    print("file                         context batch  page kernel (us)  call, 1 per graph (us)  call, 8 layers per graph (us)  of copy (8 layers)")
-    for f in sorted(glob.glob(str(RAW / pattern))):
-        for r in json.load(open(f))["rows"]:
-            print(f"{pathlib.Path(f).stem:28s} {r['context']:7d} {r['batch']:5d}  {r['kernels_ms']['_decode_kernel'] * 1e3:16.1f}"
-                  f"  {r['ms'] * 1e3:22.1f}  {r['layers_ms'] * 1e3:29.1f}  {r['layers_fraction_of_copy']:17.1%}")
-
+    kernel_bench_table.table(sorted(glob.glob(str(RAW / pattern))))
 
 if __name__ == "__main__":
     engines()
