@@ -1,4 +1,12 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, tenth session: only an H100 was lent, after 71 minutes
+# of refusals; the GPU kernel tests passed on it, 161 passed 1 skipped, and DEQUANT_KEYS, the page loop's keys
+# dequantized in the key dots' registers, was 6-8% slower from DRAM and 14-17% from L2: not shipped,
+# docs/results/gpu-h100-2026-12-07-dequant-keys/). Items 1 and 2 below are done; on an H200, in order:
+#   a. item 3 below (the steady and bench-like profiles at 8k x 32 and 32k x 8): where the bench's 8k x 32
+#      loses against the steady step is the one measurement issue 14 lacks on the H200.
+#   b. a register cap for more page programs per SM needs no rerun: 2026-12-02 measured it (five per SM as
+#      fast as four, six and eight slower; README, "where a decode call's time goes").
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-06, ninth session: an H200 ran issue 14 on the current tree,
 # docs/results/gpu-h200-2026-12-06-ninth/: 1.09x / 1.34x / 1.34x / 3.33x bf16, the decode call 57.8% / 56.8% of
 # copy; FIRST_OFFSET timed there, 0.1-0.6 us from DRAM, not shipped: drop it from the plan below).
