@@ -47,7 +47,6 @@ else
   echo "tests-dq: skipped, no vLLM (source /root/s4kv-env.sh after the bundle)" >> "$O/progress"
 fi
 echo done >> "$O/progress"
-# the device returns at most 8 files from $OUT: everything in one archive beside the summary (the
-# tenth session's run lacked this line and lost the shipped kernel's records)
-tar -C "$O" -czf "$O/../dequant-keys-raw.tgz" . && rm -rf "${O:?}"/* && mv "$O/../dequant-keys-raw.tgz" "$O/" \
-  && tar -xzf "$O/dequant-keys-raw.tgz" -C "$O" ./summary.txt ./progress
+# the device returns at most 8 files from $OUT (the tenth session's run lacked this line and lost the
+# shipped kernel's records)
+bash "$HERE/tools/gpu/fit_out.sh" "$O"
