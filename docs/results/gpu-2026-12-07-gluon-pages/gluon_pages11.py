@@ -1,0 +1,292 @@
+"""Probe: the decode page loop in Gluon (Triton 3.6 triton.experimental.gluon), explicit layouts.
+
+One program per (decode row, kv head, page split), 4 warps; each warp owns 32 of a page's 128
+tokens (split-K over the warps inside the program): its own keys' scores, its own running max and
+sum and its own [D, G] accumulator, merged across the warps once per split. Every tensor of the
+loop is in the layout its MMA wants, so the loop has no shared memory and no barrier. The key
+terms of a page (q * s, q . m, the first key's score) are computed by every warp for itself.
+Writes the same page partials as s4kv.kernels.decode._pages_partial (rotated basis, query head g's
+at g * parts), so that the two can be compared element for element.
+"""
+
+import os
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+from s4kv import format as fmt
+from s4kv.kernels import kernel_layout, layout
+# 4 code bytes b0..b3 (one 32-bit word) -> fp16 operands, 5 instructions per word (the shr shared
+# by the two blocks): (x & 0x000F000F) | 0x64006400 = {1024 + lo(b0), 1024 + lo(b2)}, the same of
+# x >> 8 gives b1, b3; mask 0x00F000F0 gives 1024 + 16 * hi (exact in fp16). The elements come in the
+# order b0, b2, b1, b3: the dots' k index within each group of 4 has its two low bits swapped, and
+# the other operand (q * s for keys, p * s for values) is permuted the same way (_swap2).
+def _unpack_ptx(mask: int) -> str:
+    return ("{\n.reg .b32 y;\nshr.b32 y, $2, 8;\n"
+            f"lop3.b32 $0, $2, {mask:#010x}, 0x64006400, 0xEA;\nlop3.b32 $1, y, {mask:#010x}, 0x64006400, 0xEA;\n}}")
+
+
+UNPACK_LO = _unpack_ptx(0x000F000F)
+UNPACK_HI = _unpack_ptx(0x00F000F0)
+CODE_BIAS = 1024.0
+
+W = gl.constexpr(4)  # warps per program
+EXTRA_CONSTEXPRS = {"STAGES": 3}
+KW = gl.constexpr(8)  # the dot operands' k_width: 8 consecutive code bytes per thread (one 8-byte load)
+
+
+@gluon.jit
+def _unpack(packed, ASM: gl.constexpr, DT: gl.constexpr):
+    return gl.inline_asm_elementwise(ASM, "=r,=r,r", [packed], dtype=DT.value, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _swap2_2d(x, R: gl.constexpr, C: gl.constexpr):
+    """x [R, C] with its columns' two low index bits swapped (within a thread's registers here)."""
+    return gl.reshape(gl.permute(gl.reshape(x, [R, C // 4, 2, 2]), [0, 1, 3, 2]), [R, C])
+
+
+@gluon.jit
+def _swap2_rows(x, R: gl.constexpr, C: gl.constexpr):
+    """x [R, C] with its rows' two low index bits swapped."""
+    return gl.reshape(gl.permute(gl.reshape(x, [R // 4, 2, 2, C]), [0, 2, 1, 3]), [R, C])
+
+
+@gluon.jit
+def _swap2_3d(x, D0: gl.constexpr, D1: gl.constexpr, D2: gl.constexpr):
+    """x [D0, D1, D2] with dim 1's two low index bits swapped."""
+    return gl.reshape(gl.permute(gl.reshape(x, [D0, D1 // 4, 2, 2, D2]), [0, 1, 3, 2, 4]), [D0, D1, D2])
+
+
+@gluon.jit
+def _page_terms(region, kk, tw, tr, HALF: gl.constexpr, T: gl.constexpr, K_SCALE: gl.constexpr,
+                K_MIN: gl.constexpr, FIRST_KEY: gl.constexpr, V_SCALE: gl.constexpr, FIRST_KEY_DTYPE: gl.constexpr):
+    """A page's loads other than its codes: key scales, minimums, first key (halves [1, HALF]),
+    token 0's key code row, token 0's value scale, the value scales [W, T]."""
+    ks_ptr = (region + K_SCALE).to(gl.pointer_type(gl.float16))
+    km_ptr = (region + K_MIN).to(gl.pointer_type(gl.float16))
+    fk_ptr = (region + FIRST_KEY).to(gl.pointer_type(FIRST_KEY_DTYPE))
+    vs_ptr = (region + V_SCALE).to(gl.pointer_type(gl.float16))
+    return (gl.load(ks_ptr + kk), gl.load(ks_ptr + HALF + kk), gl.load(km_ptr + kk), gl.load(km_ptr + HALF + kk),
+            gl.load(fk_ptr + kk), gl.load(fk_ptr + HALF + kk), gl.load(region + kk), gl.load(vs_ptr),
+            gl.load(vs_ptr + tw * T + tr))
+
+
+@gluon.jit
+def _page_kernel(qr_ptr, cache_ptr, stride_cb, stride_ch, seq_lens_ptr, block_table_ptr, stride_bt,
+                 part_o_ptr, part_ml_ptr, splits, parts,
+                 GROUP: gl.constexpr, HKV: gl.constexpr, BS: gl.constexpr, UNIT: gl.constexpr,
+                 HALF: gl.constexpr, V_CODES: gl.constexpr, V_SCALE: gl.constexpr,
+                 K_SCALE: gl.constexpr, K_MIN: gl.constexpr, FIRST_KEY: gl.constexpr,
+                 FIRST_KEY_DTYPE: gl.constexpr, DOT: gl.constexpr, CODE_BIAS: gl.constexpr,
+                 ASM_LO: gl.constexpr, ASM_HI: gl.constexpr, QBOUND: gl.constexpr, STAGES: gl.constexpr):
+    G: gl.constexpr = 8
+    T: gl.constexpr = BS // W  # tokens per warp in the key dot
+    # the key dot: warp w scores tokens 32w..32w+31 (batched over the warps)
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1, 1], instr_shape=[1, 16, 8])
+    A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=KW)
+    B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=KW)
+    # the value dot: warp w accumulates channels 16w..16w+15 of each half over all 128 tokens
+    mma2: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
+    A2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma2, k_width=KW)
+    B2: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma2, k_width=KW)
+    LC: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, KW], threads_per_warp=[1, 8, 4],
+                                        warps_per_cta=[W, 1, 1], order=[2, 1, 0])
+    SM: gl.constexpr = gl.SliceLayout(1, mma)  # [W, G] per-head values of the score tiles
+    ST: gl.constexpr = gl.SliceLayout(2, mma)  # [W, T] per-token values of the score tiles
+    SG: gl.constexpr = gl.SliceLayout(0, SM)  # [G] as the score tiles hold it
+    S2: gl.constexpr = gl.SliceLayout(0, mma2)  # [G] as the value accumulators hold it
+    R2: gl.constexpr = gl.SliceLayout(1, mma2)  # [HALF] rows (channels) of the value accumulators
+
+    row = gl.program_id(0)
+    h = gl.program_id(1)
+    split = gl.program_id(2)
+    p = gl.load(seq_lens_ptr + row) - 1
+    n_pages = (p + 1) // UNIT * (UNIT // BS)
+    per_split = gl.cdiv(n_pages, splits)
+    page_lo = split * per_split
+    page_hi = gl.minimum(page_lo + per_split, n_pages)
+    bt_row = block_table_ptr + row * stride_bt
+    head_off = h * stride_ch
+
+    # the page's key terms, once per program over its 128 threads (KB), through shared memory
+    KB: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[2, 16],
+                                        warps_per_cta=[W, 1], order=[1, 0])
+    kn = gl.arange(0, G, layout=gl.SliceLayout(1, KB))[:, None]
+    kk = gl.arange(0, HALF, layout=gl.SliceLayout(0, KB))[None, :]
+    hq0 = row * (GROUP * HKV) + h * GROUP
+    qrow = qr_ptr + hq0 * (2 * HALF) + kn * (2 * HALF) + kk
+    n_ok = (kn < GROUP) & (kk >= 0)
+    q_lo = gl.load(qrow, mask=n_ok, other=0.0)
+    q_hi = gl.load(qrow + HALF, mask=n_ok, other=0.0)
+    # fp16 operands: the query per head over a power of two (decode.fp16_query_scale)
+    qmax = gl.maximum(gl.max(gl.abs(q_lo), axis=1), gl.max(gl.abs(q_hi), axis=1))
+    q_pow2 = gl.exp2(gl.maximum(gl.ceil(gl.log2(qmax * QBOUND)), 0.0))  # [G]
+    q_lo = q_lo / q_pow2[:, None]
+    q_hi = q_hi / q_pow2[:, None]
+    pow2_sg = gl.convert_layout(q_pow2, SG)
+    pow2_s2 = gl.convert_layout(q_pow2, S2)
+    pow2_m = pow2_sg[None, :]
+    PLAIN1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+    PLAIN2: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+    # one allocation per quantity (two buffers each, by page parity): stores to one allocation's two
+    # halves would make the compiler put a barrier between them
+    qkl_smem = gl.allocate_shared_memory(DOT, [2, HALF, G], PLAIN2)  # q * s, low half, [k, n]
+    qkh_smem = gl.allocate_shared_memory(DOT, [2, HALF, G], PLAIN2)
+    sc_smem = gl.allocate_shared_memory(gl.float32, [2, G], PLAIN1)  # the scores' constant
+    sf_smem = gl.allocate_shared_memory(gl.float32, [2, G], PLAIN1)  # the first key's score
+    fvl_smem = gl.allocate_shared_memory(gl.float32, [2, HALF], PLAIN1)  # the first value's high nibbles
+    fvh_smem = gl.allocate_shared_memory(gl.float32, [2, HALF], PLAIN1)
+    mx_smem = gl.allocate_shared_memory(gl.float32, [2, W * G], PLAIN1)  # each warp's max of the page's scores
+    p_smem = gl.allocate_shared_memory(DOT, [2, G, BS], PLAIN2)  # p * s of the page, [head, token]
+    BS2: gl.constexpr = gl.SliceLayout(0, B)
+    # the code ring (keys [W, T, HALF] token-major, values [HALF, BS] channel-major), cp.async 16 bytes
+    CS: gl.constexpr = gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=4, order=[2, 1, 0])
+    CSV: gl.constexpr = gl.SwizzledSharedLayout(vec=16, per_phase=1, max_phase=8, order=[1, 0])
+    CPV: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8],
+                                         warps_per_cta=[W, 1], order=[1, 0])
+    cw = gl.arange(0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, LC)))[:, None, None]
+    cr = gl.arange(0, T, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None]
+    cb = gl.arange(0, HALF, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, None, :]
+    k_rd = (cw * T + cr) * HALF + cb  # the key codes in their read layout (LC)
+    qi = gl.arange(0, HALF, layout=gl.SliceLayout(1, CPV))[:, None]
+    qt = gl.arange(0, BS, layout=gl.SliceLayout(0, CPV))[None, :]
+    v_cp = V_CODES + qi * BS + qt
+    kc_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, W, T, HALF], CS)
+    vc_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, HALF, BS], CSV)
+    # score-tile index tensors
+    tw = gl.arange(0, W, layout=gl.SliceLayout(1, ST))[:, None]
+    tr = gl.arange(0, T, layout=gl.SliceLayout(0, ST))[None, :]
+    first = (tw == 0) & (tr == 0)  # the page's token 0: exact key, 8-bit value
+    mw = gl.arange(0, W, layout=gl.SliceLayout(1, SM))[:, None]
+    is_w0 = mw == 0
+    zero_wg = gl.zeros([W, G], gl.float32, layout=SM)
+
+    last = gl.maximum(page_hi - 1, 0)  # an empty split reads its row's page 0 and uses none of it
+    for i in gl.static_range(STAGES - 1):
+        ahead = cache_ptr + gl.load(bt_row + gl.minimum(page_lo + i, last)).to(gl.int64) * stride_cb + head_off
+        async_copy.async_copy_global_to_shared(kc_ring.index(i), ahead + k_rd)
+        async_copy.async_copy_global_to_shared(vc_ring.index(i), ahead + v_cp)
+        async_copy.commit_group()
+    nr = cache_ptr + gl.load(bt_row + gl.minimum(page_lo, last)).to(gl.int64) * stride_cb + head_off
+    n_ks_lo, n_ks_hi, n_km_lo, n_km_hi, n_fk_lo, n_fk_hi, n_k0, n_v0, n_vs = _page_terms(
+        nr, kk, tw, tr, HALF, T, K_SCALE, K_MIN, FIRST_KEY, V_SCALE, FIRST_KEY_DTYPE)
+    n_bt = gl.load(bt_row + gl.minimum(page_lo + STAGES - 1, last))
+
+    m_run = gl.full([G], -float("inf"), gl.float32, layout=SG)  # the split's running max (every warp alike)
+    m_run2 = gl.full([G], -float("inf"), gl.float32, layout=S2)  # the same values where the accumulators need them
+    l_t = gl.zeros([W, T, G], gl.float32, layout=mma)
+    ps_t = gl.zeros([W, T, G], gl.float32, layout=mma)
+    acc_lo = gl.zeros([HALF, G], gl.float32, layout=mma2)
+    acc_hi = gl.zeros([HALF, G], gl.float32, layout=mma2)
+    for page in range(page_lo, page_hi):
+        j = page - page_lo
+        buf = j % 2
+        slot = j % STAGES
+        ahead = cache_ptr + n_bt.to(gl.int64) * stride_cb + head_off
+        n_bt = gl.load(bt_row + gl.minimum(page + STAGES, last))
+        ks_lo, ks_hi, km_lo, km_hi, fk_lo, fk_hi, k0, v0, vs = n_ks_lo, n_ks_hi, n_km_lo, n_km_hi, n_fk_lo, n_fk_hi, n_k0, n_v0, n_vs
+        nr = cache_ptr + gl.load(bt_row + gl.minimum(page + 1, last)).to(gl.int64) * stride_cb + head_off
+        n_ks_lo, n_ks_hi, n_km_lo, n_km_hi, n_fk_lo, n_fk_hi, n_k0, n_v0, n_vs = _page_terms(
+            nr, kk, tw, tr, HALF, T, K_SCALE, K_MIN, FIRST_KEY, V_SCALE, FIRST_KEY_DTYPE)
+        # 1. the page's key terms into shared memory
+        qk_lo = (q_lo * ks_lo.to(gl.float32)).to(DOT)
+        qk_hi = (q_hi * ks_hi.to(gl.float32) * 0.0625).to(DOT)  # the high half's codes come as 16 c
+        s_const = gl.sum(q_lo * km_lo.to(gl.float32) + q_hi * km_hi.to(gl.float32)
+                         - CODE_BIAS * (qk_lo.to(gl.float32) + qk_hi.to(gl.float32)), axis=1)
+        s_first = gl.sum(q_lo * fk_lo.to(gl.float32) + q_hi * fk_hi.to(gl.float32), axis=1)
+        f16s = 16.0 * v0.to(gl.float32)
+        qkl_smem.index(buf).store(gl.permute(gl.convert_layout(_swap2_2d(qk_lo, G, HALF), KB, assert_trivial=True), [1, 0]))
+        qkh_smem.index(buf).store(gl.permute(gl.convert_layout(_swap2_2d(qk_hi, G, HALF), KB, assert_trivial=True), [1, 0]))
+        sc_smem.index(buf).store(s_const)
+        sf_smem.index(buf).store(s_first)
+        fvl_smem.index(buf).store(gl.reshape(((k0 & 0xF).to(gl.float32) - 7.5) * f16s, [HALF]))
+        fvh_smem.index(buf).store(gl.reshape(((k0 >> 4).to(gl.float32) - 7.5) * (16.0 * f16s), [HALF]))
+        async_copy.wait_group(STAGES - 2)  # this page's codes (this thread's copies)
+        # the key codes: each thread copied the ones it reads, so no barrier is needed for them
+        kc = kc_ring.index(slot).load(LC)
+        gl.thread_barrier()  # A: the key terms and every thread's copies of the page's values
+        async_copy.async_copy_global_to_shared(kc_ring.index((j + STAGES - 1) % STAGES), ahead + k_rd)
+        async_copy.async_copy_global_to_shared(vc_ring.index((j + STAGES - 1) % STAGES), ahead + v_cp)
+        async_copy.commit_group()
+        qb_lo = gl.broadcast(qkl_smem.index(buf).load(BS2)[None, :, :], gl.zeros([W, HALF, G], DOT, layout=B))[0]
+        qb_hi = gl.broadcast(qkh_smem.index(buf).load(BS2)[None, :, :], gl.zeros([W, HALF, G], DOT, layout=B))[0]
+        s_const = sc_smem.index(buf).load(SG)[None, :] * pow2_m + zero_wg
+        s_first_m = sf_smem.index(buf).load(SG) * pow2_sg  # [G]
+        s_first2 = sf_smem.index(buf).load(S2) * pow2_s2
+        fv_lo = fvl_smem.index(buf).load(R2)[:, None]
+        fv_hi = fvh_smem.index(buf).load(R2)[:, None]
+        # 2. the key dot, each warp its tokens; its max per head to the others
+        k_lo = gl.convert_layout(_unpack(kc, ASM_LO, DOT), A, assert_trivial=True)
+        k_hi = gl.convert_layout(_unpack(kc, ASM_HI, DOT), A, assert_trivial=True)
+        s = mma_v2(k_lo, qb_lo, gl.zeros([W, T, G], gl.float32, layout=mma))
+        s = mma_v2(k_hi, qb_hi, s)
+        s = s * pow2_m[:, None, :] + s_const[:, None, :]
+        s = gl.where(first[:, :, None], -float("inf"), s)
+        mx_smem.index(buf).reshape([W, G]).store(gl.max(s, axis=1))
+        gl.thread_barrier()  # B: every warp's max
+        # every thread reads all the warps' maxima, in both layouts it needs them in
+        m_page = s_first_m
+        m_page2 = s_first2
+        for w in gl.static_range(W):
+            m_page = gl.maximum(m_page, mx_smem.index(buf).slice(w * G, G).load(SG))
+            m_page2 = gl.maximum(m_page2, mx_smem.index(buf).slice(w * G, G).load(S2))
+        m_new = gl.maximum(m_run, m_page)
+        m_new2 = gl.maximum(m_run2, m_page2)
+        alpha = gl.exp2(m_run - m_new)[None, :]
+        alpha2 = gl.exp2(m_run2 - m_new2)
+        pr = gl.exp2(s - m_new[None, None, :])
+        p_first = gl.where(is_w0, gl.exp2(s_first_m - m_new)[None, :], 0.0)
+        pr = gl.where(first[:, :, None], p_first[:, None, :], pr)
+        pv = (pr * vs.to(gl.float32)[:, :, None]).to(DOT)
+        l_t = l_t * alpha[:, None, :] + pr
+        ps_t = ps_t * alpha[:, None, :] + pv.to(gl.float32)
+        p_smem.index(buf).permute([1, 0]).reshape([W, T, G]).store(pv)
+        gl.thread_barrier()  # C: the page's p * s
+        # 3. the value dot, each warp its channels over every token
+        pb = p_smem.index(buf).permute([1, 0]).load(B2)
+        pb = gl.convert_layout(_swap2_rows(pb, BS, G), B2, assert_trivial=True)
+        vc = vc_ring.index(slot).load(A2)
+        v_lo = _unpack(vc, ASM_LO, DOT)
+        v_hi = _unpack(vc, ASM_HI, DOT)
+        p_first2 = gl.exp2(s_first2 - m_new2)
+        acc_lo = mma_v2(v_lo, pb, acc_lo * alpha2[None, :]) + fv_lo * p_first2[None, :]
+        acc_hi = mma_v2(v_hi, pb, acc_hi * alpha2[None, :]) + fv_hi * p_first2[None, :]
+        m_run = m_new
+        m_run2 = m_new2
+    async_copy.wait_group(0)
+    # the sums over every warp's tokens (the running max is the program's: plain sums)
+    l_all = gl.convert_layout(gl.sum(gl.sum(l_t, axis=1), axis=0), S2)
+    ps_all = gl.convert_layout(gl.sum(gl.sum(ps_t, axis=1), axis=0), S2)
+    acc_lo -= (CODE_BIAS + 7.5) * ps_all[None, :]
+    acc_hi = acc_hi * 0.0625 - (CODE_BIAS * 0.0625 + 7.5) * ps_all[None, :]
+    oc = gl.arange(0, HALF, layout=R2)[:, None]
+    og = gl.arange(0, G, layout=S2)[None, :]
+    o = part_o_ptr + ((hq0 + og) * parts + split) * (2 * HALF) + oc
+    gl.store(o, acc_lo, mask=og < GROUP)
+    gl.store(o + HALF, acc_hi, mask=og < GROUP)
+    mg = gl.arange(0, G, layout=S2)
+    ml = part_ml_ptr + ((hq0 + mg) * parts + split) * 2
+    gl.store(ml, m_run2, mask=mg < GROUP)
+    gl.store(ml + 1, l_all, mask=mg < GROUP)
+
+
+def _dt(t: torch.dtype):
+    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[t]
+
+
+def page_partials(qr, regions, md, num_decodes: int, group: int, hkv: int, d: int, model_dtype, operands,
+                  part_o, part_ml, splits: int, parts: int, L):
+    """Launch the probe over the page splits; L: s4kv.format.kernel_layout(d) as a dict."""
+    from s4kv.kernels.decode import _FP16_QUERY_BOUND
+    _page_kernel[(num_decodes, hkv, splits)](
+        qr, regions, regions.stride(0), regions.stride(1), md.seq_lens, md.block_table, md.block_table.stride(0),
+        part_o, part_ml, splits, parts,
+        GROUP=group, HKV=hkv, BS=L["block_size"], UNIT=L["unit"], HALF=d // 2, V_CODES=L["v_codes"],
+        V_SCALE=L["v_scale"], K_SCALE=L["k_scale"], K_MIN=L["k_min"], FIRST_KEY=L["first_key"],
+        FIRST_KEY_DTYPE=_dt(fmt.first_key_dtype(model_dtype)), DOT=gl.float16,
+        CODE_BIAS=CODE_BIAS, ASM_LO=UNPACK_LO, ASM_HI=UNPACK_HI,
+        QBOUND=float(_FP16_QUERY_BOUND.value if hasattr(_FP16_QUERY_BOUND, "value") else _FP16_QUERY_BOUND),
+        STAGES=int(os.environ.get("GLUON_STAGES", "3")), num_warps=int(W), **({"maxnreg": int(os.environ["GLUON_MAXNREG"])} if os.environ.get("GLUON_MAXNREG") else {}))
