@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device: gluon_pages11 (values split by channels across the warps) under register caps and
-# ring depths, gluon_pages10 (terms a page ahead), the shipped kernel in every run; records to $OUT.
+# ring depths, the shipped kernel in every run; records to $OUT.
 set -uo pipefail
 export PYTHONPATH=$PWD/../../..
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
@@ -12,5 +12,3 @@ run() {  # MODULE MAXNREG STAGES DTYPES
 run gluon_pages11 128 2 bf16
 run gluon_pages11 128 3 bf16
 run gluon_pages11 0 3 bf16
-run gluon_pages10 128 3 bf16
-run gluon_pages11 128 2 fp16
