@@ -2,6 +2,7 @@
 # On the device: each probe module against the shipped kernel (bf16 model), then the last one also
 # with an fp16 model; records to $OUT. Usage: bash run.sh MODULE... (from this folder)
 set -uo pipefail
+bash make-modules.sh  # the probe's later versions from their diffs
 export PYTHONPATH=$PWD/../../..
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a $OUT/device.txt

@@ -2,6 +2,7 @@
 # On the device, second call: the page terms a page ahead (gluon_pages10) at two register caps, next
 # to gluon_pages8 at 128 registers (4 programs per SM), and the shipped kernel in each run.
 set -uo pipefail
+bash make-modules.sh  # the probe's later versions from their diffs
 export PYTHONPATH=$PWD/../../..
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 for cfg in "gluon_pages8 128" "gluon_pages10 128" "gluon_pages10 160" "gluon_pages10 0"; do

@@ -2,6 +2,7 @@
 # On the device: gluon_pages11 (values split by channels across the warps) under register caps and
 # ring depths, the shipped kernel in every run; records to $OUT.
 set -uo pipefail
+bash make-modules.sh  # the probe's later versions from their diffs
 export PYTHONPATH=$PWD/../../..
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 run() {  # MODULE MAXNREG STAGES DTYPES

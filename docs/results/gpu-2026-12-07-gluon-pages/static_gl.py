@@ -10,6 +10,8 @@ from s4kv.kernels.code_ptx import UNPACK_PTX, CODE_BIAS
 from s4kv.kernels.decode import _FP16_QUERY_BOUND
 import kernel_static as ks
 
+subprocess.run(["bash", os.path.join(HERE, "make-modules.sh")], check=True)  # the later versions from their diffs
+
 def compile_probe(cc, d=128, group=7, hkv=4, dtype="bf16", mod=None, maxnreg=None):
     L = {k: int(v) for k, v in (i.split("=") for i in fmt.kernel_layout(d).split(";"))}
     gdt = {"bf16": "bf16", "fp16": "fp16"}[dtype]
