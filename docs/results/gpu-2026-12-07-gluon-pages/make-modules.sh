@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 prev=gluon_pages.py
-for v in 3 4 6 7 8 10 11; do
+for v in 3 4 6 7 8 10 11 12; do
   base=$prev
   [ "$v" = 10 ] && base=gluon_pages8.py
   patch -s -o gluon_pages$v.py "$base" < gluon_pages$v.diff

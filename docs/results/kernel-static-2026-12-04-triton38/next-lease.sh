@@ -2,11 +2,10 @@
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, eleventh session: no H200 again; an H100 for 4 minutes ran
 # the Gluon page-loop probe, docs/results/gpu-2026-12-07-gluon-pages/: correct, 1.5-1.7x slower than the shipped
 # kernel with each warp its own tokens and softmax state). On any GPU, first, one call of about 2 minutes, no vLLM:
-#   cd docs/results/gpu-2026-12-07-gluon-pages && bash run3.sh   (times gluon_pages11.py, the version that keeps the
-#   shipped split, keys by tokens and values by channels, against the shipped kernel; compiled, never run: if it
-#   fails, the probe's own comparison says where). If it is not faster than the shipped kernel from L2, the case for
-#   Gluon is gone too; if it is, its fp16 run (`run gluon_pages11 128 2 fp16`) and the
-#   items below on an H200.
+#   cd docs/results/gpu-2026-12-07-gluon-pages && bash run3.sh   (about 3 minutes: times gluon_pages12.py and
+#   gluon_pages11.py, the versions that keep the shipped split, keys by tokens and values by channels, against the
+#   shipped kernel; compiled, never run: if one fails, the probe's own comparison says where). If neither is faster
+#   than the shipped kernel from L2, the case for Gluon is gone too; if one is, the items below on an H200.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, tenth session: only an H100 was lent, after 71 minutes
 # of refusals; the GPU kernel tests passed on it, 161 passed 1 skipped, and DEQUANT_KEYS, the page loop's keys
 # dequantized in the key dots' registers, was 6-8% slower from DRAM and 14-17% from L2: not shipped,
