@@ -3,21 +3,20 @@
 One program per (decode row, kv head, page split), 4 warps; each warp owns 32 of a page's 128
 tokens (split-K over the warps inside the program): its own keys' scores, its own running max and
 sum and its own [D, G] accumulator, merged across the warps once per split. Every tensor of the
-loop is in the layout its MMA wants, so the loop has no shared memory and no barrier. The key
-terms of a page (q * s, q . m, the first key's score) are computed by every warp for itself.
+loop is in the layout its MMA wants. The key terms of a page (q * s, q . m, the first key's score,
+the first value's high nibbles) are computed once per program and handed to the warps through
+shared memory. (The later versions, gluon_pagesN.diff, change this; README.md says how.)
 Writes the same page partials as s4kv.kernels.decode._pages_partial (rotated basis, query head g's
 at g * parts), so that the two can be compared element for element.
 """
 
 import os
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from s4kv import format as fmt
-from s4kv.kernels import kernel_layout, layout
 from s4kv.kernels.code_ptx import UNPACK_PTX, CODE_BIAS as _CODE_BIAS
 
 W = gl.constexpr(4)  # warps per program
@@ -45,7 +44,6 @@ def _page_kernel(qr_ptr, cache_ptr, stride_cb, stride_ch, seq_lens_ptr, block_ta
     # code bytes as loaded: the A operand's threads and elements (8 consecutive bytes per thread)
     LC: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, KW], threads_per_warp=[1, 8, 4],
                                         warps_per_cta=[W, 1, 1], order=[2, 1, 0])
-    SB: gl.constexpr = gl.SliceLayout(1, B)  # [W, G] per-head values as B holds them
     SM: gl.constexpr = gl.SliceLayout(1, mma)  # [W, G] per-head values of the score tiles
     ST: gl.constexpr = gl.SliceLayout(2, mma)  # [W, T] / [W, HALF] per-row values of the MMA tiles
 
@@ -195,17 +193,28 @@ def _dt(t: torch.dtype):
     return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[t]
 
 
-def page_partials(qr, regions, md, num_decodes: int, group: int, hkv: int, d: int, model_dtype, operands,
-                  part_o, part_ml, splits: int, parts: int, L):
-    """Launch the probe over the page splits; L: s4kv.format.kernel_layout(d) as a dict."""
-    code = "bf16" if operands == torch.bfloat16 else "fp16"
+# the kernel's format constants and the kernel_layout names they are read from
+_FORMAT_CONSTANTS = {"BS": "block_size", "UNIT": "unit", "V_CODES": "v_codes", "V_SCALE": "v_scale",
+                     "K_SCALE": "k_scale", "K_MIN": "k_min", "FIRST_KEY": "first_key"}
+
+
+def launch_constexprs(d: int, model_dtype, operands, group: int, hkv: int) -> dict:
+    """The probe's constexpr arguments for head size d: page_partials launches with them,
+    static_gl.py compiles with them."""
     from s4kv.kernels.decode import _FP16_QUERY_BOUND
+    lay = fmt.kernel_layout(d)
+    code = "bf16" if operands == torch.bfloat16 else "fp16"
+    return dict(GROUP=group, HKV=hkv, HALF=d // 2,
+                **{const: fmt.layout_value(lay, name) for const, name in _FORMAT_CONSTANTS.items()},
+                FIRST_KEY_DTYPE=_dt(fmt.first_key_dtype(model_dtype)), DOT=_dt(operands),
+                CODE_BIAS=_CODE_BIAS[code], ASM_LO=UNPACK_PTX[(code, "lo")], ASM_HI=UNPACK_PTX[(code, "hi")],
+                QBOUND=float(_FP16_QUERY_BOUND.value))
+
+
+def page_partials(qr, regions, md, num_decodes: int, group: int, hkv: int, d: int, model_dtype, operands,
+                  part_o, part_ml, splits: int, parts: int):
+    """Launch the probe over the page splits."""
     _page_kernel[(num_decodes, hkv, splits)](
         qr, regions, regions.stride(0), regions.stride(1), md.seq_lens, md.block_table, md.block_table.stride(0),
-        part_o, part_ml, splits, parts,
-        GROUP=group, HKV=hkv, BS=L["block_size"], UNIT=L["unit"], HALF=d // 2, V_CODES=L["v_codes"],
-        V_SCALE=L["v_scale"], K_SCALE=L["k_scale"], K_MIN=L["k_min"], FIRST_KEY=L["first_key"],
-        FIRST_KEY_DTYPE=_dt(fmt.first_key_dtype(model_dtype)), DOT=_dt(operands),
-        CODE_BIAS=_CODE_BIAS[code], ASM_LO=UNPACK_PTX[(code, "lo")], ASM_HI=UNPACK_PTX[(code, "hi")],
-        QBOUND=float(_FP16_QUERY_BOUND.value if hasattr(_FP16_QUERY_BOUND, "value") else _FP16_QUERY_BOUND),
+        part_o, part_ml, splits, parts, **launch_constexprs(d, model_dtype, operands, group, hkv),
         num_warps=int(W), **({"maxnreg": int(os.environ["GLUON_MAXNREG"])} if os.environ.get("GLUON_MAXNREG") else {}))

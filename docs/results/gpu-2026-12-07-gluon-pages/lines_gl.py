@@ -1,5 +1,5 @@
+"""The probe's page loop by source line (sm90): python lines_gl.py MODULE [bf16|fp16] [N]"""
 import sys, importlib
-sys.argv = sys.argv
 from static_gl import compile_probe, ks
 modname = sys.argv[1]; dt = sys.argv[2] if len(sys.argv) > 2 else "bf16"
 mod = importlib.import_module(modname)

@@ -1,14 +1,12 @@
 """On a GPU: the Gluon page-loop probe (MODULE) against the shipped decode kernel's page partials,
 then both timed (profiler device time per kernel, eager calls), with the pages from DRAM and from an
 L2-resident pool. python probe.py MODULE [--dtypes bf16,fp16] [--points 8192x32,32768x8] [--out F]"""
-import argparse, importlib, json, os, sys, time
+import argparse, importlib, json, os, sys
 import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s4kv import format as fmt
 from s4kv.kernels import bench
-from s4kv.kernels.decode import _workspace, decode_attention, rotated_queries, page_operand_dtype
+from s4kv.kernels.decode import _workspace, decode_attention, page_operand_dtype, window_splits
 from s4kv.kernels.store import quantize_rows
-from s4kv.kernels.decode import window_splits
 
 ap = argparse.ArgumentParser()
 ap.add_argument("module")
@@ -18,7 +16,6 @@ ap.add_argument("--alias", type=int, default=128)
 ap.add_argument("--out", default=None)
 args = ap.parse_args()
 mod = importlib.import_module(args.module)
-L = {k: int(v) for k, v in (i.split("=") for i in fmt.kernel_layout(128).split(";"))}
 rows_out = []
 for dt in args.dtypes.split(","):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
@@ -37,7 +34,7 @@ for dt in args.dtypes.split(","):
             my_o = torch.full_like(part_o, float("nan")); my_ml = torch.full_like(part_ml, float("nan"))
             operands = page_operand_dtype(dtype)
             mine = lambda: mod.page_partials(qr, regions, md, batch, 7, 4, 128, dtype, operands, my_o, my_ml,
-                                             splits, parts, L)
+                                             splits, parts)
             mine(); torch.cuda.synchronize()
             R = batch * 28
             ro, rml = ref_o.view(-1)[:R * parts * 128].view(R, parts, 128)[:, :splits], ref_ml.view(-1)[:R * parts * 2].view(R, parts, 2)[:, :splits]

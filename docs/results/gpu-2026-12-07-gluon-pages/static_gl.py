@@ -1,29 +1,19 @@
 """Compile the Gluon page-loop probe for sm80/sm90 without a GPU; count its page loop's SASS."""
-import collections, os, re, subprocess, sys
+import os, subprocess, sys
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 HERE = os.path.dirname(os.path.abspath(__file__)); ROOT = os.path.abspath(os.path.join(HERE, "../../..")); sys.path[:0] = [ROOT, os.path.join(ROOT, "tools"), HERE]
 
-from s4kv import format as fmt
-from s4kv.kernels.code_ptx import UNPACK_PTX, CODE_BIAS
-from s4kv.kernels.decode import _FP16_QUERY_BOUND
 import kernel_static as ks
 
 subprocess.run(["bash", os.path.join(HERE, "make-modules.sh")], check=True)  # the later versions from their diffs
 
 def compile_probe(cc, d=128, group=7, hkv=4, dtype="bf16", mod=None, maxnreg=None):
-    L = {k: int(v) for k, v in (i.split("=") for i in fmt.kernel_layout(d).split(";"))}
-    gdt = {"bf16": "bf16", "fp16": "fp16"}[dtype]
-    import triton.experimental.gluon.language as gl
-    DT = gl.bfloat16 if dtype == "bf16" else gl.float16
-    cx = dict(GROUP=group, HKV=hkv, BS=L["block_size"], UNIT=L["unit"], HALF=d // 2, V_CODES=L["v_codes"],
-              V_SCALE=L["v_scale"], K_SCALE=L["k_scale"], K_MIN=L["k_min"], FIRST_KEY=L["first_key"],
-              FIRST_KEY_DTYPE=DT, DOT=DT, CODE_BIAS=CODE_BIAS[gdt], ASM_LO=UNPACK_PTX[(gdt, "lo")],
-              ASM_HI=UNPACK_PTX[(gdt, "hi")], QBOUND=float(_FP16_QUERY_BOUND.value))
-    if hasattr(mod, "UNPACK_LO"):  # fp16 operands for every model dtype, the module's own unpack
-        cx.update(DOT=gl.float16, CODE_BIAS=mod.CODE_BIAS, ASM_LO=mod.UNPACK_LO, ASM_HI=mod.UNPACK_HI)
-    cx.update(getattr(mod, "EXTRA_CONSTEXPRS", {}))
+    """The probe module's kernel compiled for sm`cc` (Qwen2.5-7B shape by default), with the
+    constexprs it launches with; a bf16 or fp16 model, operands of the model's dtype."""
+    model = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    cx = mod.launch_constexprs(d, model, model, group, hkv)
     fn = mod._page_kernel
     names = fn.arg_names
     ptrs = {"qr_ptr": "*fp32", "cache_ptr": "*u8", "seq_lens_ptr": "*i32", "block_table_ptr": "*i32",
@@ -37,7 +27,7 @@ def compile_probe(cc, d=128, group=7, hkv=4, dtype="bf16", mod=None, maxnreg=Non
 
 if __name__ == "__main__":
     import importlib
-    modname = sys.argv[1] if len(sys.argv) > 1 else "gpages"
+    modname = sys.argv[1]
     mod = importlib.import_module(modname)
     for cc in (80, 90):
         for dt in ("bf16", "fp16"):
