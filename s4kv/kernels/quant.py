@@ -150,11 +150,26 @@ def _unpack_half(packed, ASM: tl.constexpr, DT: tl.constexpr):
     return tl.inline_asm_elementwise(ASM, "=r,=r,r", [packed], dtype=DT.value, is_pure=True, pack=4)
 
 
+@triton.constexpr_function
+def code_bias(code_dtype) -> float:
+    """B of the unpacked code operands B + S * c of a kernel's 16-bit code dtype (tl.bfloat16 or
+    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
+    return code_ptx.CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
+
+
+@triton.constexpr_function
+def code_scale_hi(code_dtype) -> float:
+    """S of the high nibbles' operands B + S * c (s4kv.kernels.code_ptx.CODE_SCALE: 16 for fp16 codes,
+    1 for bf16; the low nibbles' is 1 for both), read at compile time."""
+    return code_ptx.CODE_SCALE["bf16" if code_dtype == tl.bfloat16 else "fp16", "hi"]
+
+
 @triton.jit
 def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
-    """Packed code bytes -> both halves as OP_DTYPE dot operands holding B + c, B = CODE_BIAS of
-    CODE_DTYPE (s4kv.kernels.code_ptx: the cheapest unpack; the caller takes B off after the dot).
-    USE_PTX: compiled (inline PTX); else the same values with Triton operations (the interpreter)."""
+    """Packed code bytes -> both halves as OP_DTYPE dot operands holding B + c (low nibbles) and
+    B + S * c (high nibbles), B = code_bias, S = code_scale_hi of CODE_DTYPE (s4kv.kernels.code_ptx:
+    the cheapest unpack; the caller takes B and S out after the dot). USE_PTX: compiled (inline
+    PTX); else the same values with Triton operations (the interpreter)."""
     if USE_PTX:
         if CODE_DTYPE == tl.bfloat16:
             lo = _unpack_half(packed, unpack_asm("bf16", "lo"), tl.bfloat16)
@@ -163,7 +178,8 @@ def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexp
             lo = _unpack_half(packed, unpack_asm("fp16", "lo"), tl.float16)
             hi = _unpack_half(packed, unpack_asm("fp16", "hi"), tl.float16)
     else:
-        bias: tl.constexpr = 128.0 if CODE_DTYPE == tl.bfloat16 else 64.0
+        bias: tl.constexpr = code_bias(CODE_DTYPE)
+        scale: tl.constexpr = code_scale_hi(CODE_DTYPE)
         lo = (packed & 0xF).to(tl.float32) + bias
-        hi = (packed >> 4).to(tl.float32) + bias
+        hi = (packed >> 4).to(tl.float32) * scale + bias
     return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
