@@ -46,10 +46,12 @@ from s4kv.kernels.quant import (
     biased_code_operands,
     code_bias,
     code_scale_hi,
+    codes_swappable,
     dot_precision,
     rotate_halves,
     rotate_with_tiles,
     rotation_tiles,
+    swap_within_fours,
 )
 from s4kv.kernels.window import window_slots
 
@@ -187,6 +189,10 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     # which the biased codes' constants are computed from unrounded (dot_precision)
     EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
     HI_SCALE: tl.constexpr = code_scale_hi(CODE_DTYPE)
+    # the value tiles' codes unpacked in the cheaper swapped order where there is one (their k, the
+    # tokens, in the order 0, 2, 1, 3 within each 4): the key tiles' rows are read in that order, so
+    # that p and the value scales follow it at no cost (the keys' k is the channels, in order)
+    SWAPPED: tl.constexpr = codes_swappable(CODE_DTYPE)
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
@@ -203,6 +209,8 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     acc_lo = tl.zeros([HALF, G], tl.float32)
     acc_hi = tl.zeros([HALF, G], tl.float32)
     tb = tl.arange(0, BS)
+    if SWAPPED:
+        tb = swap_within_fours(tb)
     # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
     ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
     vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
@@ -220,8 +228,9 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
-            kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            ts_k = swap_within_fours(ts) if SWAPPED else ts  # the key tile's row i is token ts_k[i]
+            kc = tl.load(region + ts_k[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
+            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX, False)
             s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
             s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
             if DOT_DTYPE == tl.float16:
@@ -240,12 +249,12 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                 pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
             # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
             # the scales loaded a page ahead (a sub-tile's own: loaded here)
-            vs = vs_page if SUB == BS else tl.load(vs_ptr + ts)
+            vs = vs_page if SUB == BS else tl.load(vs_ptr + ts_k)
             pv = (pr * vs.to(tl.float32)[:, None]).to(DOT_DTYPE)
             l_tile = l_tile * alpha[None, :] + pr
             ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
             vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX, SWAPPED)
             acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
             acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
             if sub == 0:  # the first value's high nibbles
