@@ -143,20 +143,3 @@ def test_fp32_models_rotate_and_decode_in_full_fp32(tmp_path):
     assert tf32[("rows", "sm80")] == tf32[("rows", "sm90")] == 0, tf32
     assert tf32[("decode", "sm80")] == tf32[("decode", "sm90")] == 0, tf32
     assert tf32[("reduce", "sm80")] > 0 and tf32[("reduce", "sm90")] > 0, tf32
-
-
-@pytest.mark.skipif(not _ptxas().exists(), reason="this Triton has no NVIDIA backend binaries (ptxas)")
-def test_code_unpacks_read_four_consecutive_k_of_one_row(tmp_path):
-    """Each code unpack (s4kv.kernels.code_ptx) is an inline-asm block over 4 packed bytes, and the
-    element orders it promises hold for 4 consecutive k of one row: fp16x returns them as bytes 0, 2,
-    1, 3, which the decode kernel's value dots rely on (their other operand follows that order), and
-    the others as 0, 1, 2, 3. Triton packs an asm block's elements in the order of its operand's
-    layout: a dot operand with kWidth 4 holds 4 consecutive k per thread and row (Triton 3.6 and 3.8
-    alike, 2026-12-07). A layout with other packs would mix rows: this checks the compiled layouts
-    for an fp16 model (fp16 and fp16x unpacks) and a bf16 one."""
-    rows = _kernel_static(tmp_path, "--kernel", "decode", "--arch", "80,90", "--shape", "qwen2.5-7b",
-                          "--dtype", "fp16,bf16")
-    for r in rows:
-        assert r["unpack_layouts"], (r["arch"], r["dtype"])
-        for layout in r["unpack_layouts"]:
-            assert "opIdx = 0" in layout and "kWidth = 4" in layout, (r["arch"], r["dtype"], layout)

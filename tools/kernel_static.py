@@ -422,11 +422,6 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
     buffers = [int(n) for n in re.findall(r"ttg\.local_alloc : \(\) -> !ttg\.memdesc<(\d+)x\d+x\d+xi8",
                                            kern.asm["ttgir"])]
     top = {op: n for op, n in page.most_common(12)}
-    # the layouts of the byte tensors the code unpacks (inline asm, 4 bytes per block) read: a block's
-    # 4 bytes must be 4 consecutive k of one row (kWidth 4) for s4kv.kernels.code_ptx's element orders
-    unpack_layouts = sorted(set(re.findall(
-        r"elementwise_inline_asm .*?packed_element = 4 : i32.*? : tensor<[0-9x]+xi8, (#ttg\.dot_op<\{[^}]*\}>)>",
-        kern.asm["ttgir"])))
     # the whole kernel's static instructions and local-memory (spill) traffic: kernels without a page
     # loop (stage) are compared by these
     sass = _sass(kern)
@@ -456,7 +451,6 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
                        "barriers_per_warp": _count(c, "BAR"), "shuffles_per_warp": _count(c, "SHFL")}
                       for lo, _hi, c in loop_bodies(sass) if _mma(c)],
         "sass_sha1": hashlib.sha1(listing.encode()).hexdigest(),
-        "unpack_layouts": unpack_layouts,
         "triton": triton.__version__,
     }
 

@@ -31,9 +31,8 @@ layout = triton.constexpr_function(fmt.layout_value)
 
 
 def ptx_digest() -> str:
-    """A digest of the kernels' inline PTX texts, code biases, scales and orders (s4kv.kernels.code_ptx)."""
-    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()),
-              sorted(code_ptx.CODE_SCALE.items()), sorted(code_ptx.CODE_ORDER.items()), code_ptx.FP16_SATFINITE)
+    """A digest of the kernels' inline PTX texts and code biases (s4kv.kernels.code_ptx)."""
+    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE)
     return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
 
 

@@ -42,20 +42,24 @@ from s4kv.kernels import (
     rotation_operand,
     tl_dtype,
 )
+from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import (
     biased_code_operands,
-    code_bias,
-    code_scale_hi,
-    codes_swappable,
     dot_precision,
     rotate_halves,
     rotate_with_tiles,
     rotation_tiles,
-    swap_within_fours,
 )
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
+
+
+@triton.constexpr_function
+def code_bias(code_dtype) -> float:
+    """The bias of the unpacked code operands of a kernel's 16-bit code dtype (tl.bfloat16 or
+    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
+    return _CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
 
 
 # The largest key scale the format stores: keys saturate at fp16's largest value
@@ -136,14 +140,12 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 
 
 @triton.jit
-def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, q_hi_op, c, f16, k0, HALF: tl.constexpr,
+def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
-               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, HI_SCALE: tl.constexpr,
-               DOT_DTYPE: tl.constexpr):
+               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
     the scores' per-head constant, the first token's exact score, the first value's high-nibble
-    terms [HALF], times HI_SCALE). f16, k0: token 0's value scale and key code row (_narrow_loads).
-    q_hi_op = q_hi / HI_SCALE: the high codes' operands are B + HI_SCALE * c (code_ptx.CODE_SCALE)."""
+    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
     region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
@@ -151,8 +153,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, q_hi_op, c,
     # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
     # the dots run on the biased codes, the rest is one constant per query head
     qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    # (q_hi / S) * s: the fp16 rounding of q_hi * s divided by S, exactly (S a power of two)
-    qk_hi = (q_hi_op * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
     s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                      - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
@@ -163,10 +164,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, q_hi_op, c,
     # of token 0, contiguous) on their own
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
-    if HI_SCALE == 1.0:
-        fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-    else:  # in the high accumulator's units (HI_SCALE per unit), taken out after the loop
-        fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * (HI_SCALE * f16s)
+    fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
     return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
 
 
@@ -188,11 +186,6 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     # fp32 operands (an fp32 model) multiplied in fp32: as tf32 the dots would round q * s and p * s,
     # which the biased codes' constants are computed from unrounded (dot_precision)
     EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
-    HI_SCALE: tl.constexpr = code_scale_hi(CODE_DTYPE)
-    # the value tiles' codes unpacked in the cheaper swapped order where there is one (their k, the
-    # tokens, in the order 0, 2, 1, 3 within each 4): the key tiles' rows are read in that order, so
-    # that p and the value scales follow it at no cost (the keys' k is the channels, in order)
-    SWAPPED: tl.constexpr = codes_swappable(CODE_DTYPE)
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
@@ -202,15 +195,12 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         q_pow2 = fp16_query_scale(q_lo, q_hi)
         q_lo = q_lo / q_pow2[:, None]
         q_hi = q_hi / q_pow2[:, None]
-    q_hi_op = q_hi if HI_SCALE == 1.0 else q_hi * (1.0 / HI_SCALE)
     m_i = tl.full([G], -float("inf"), tl.float32)
     l_tile = tl.zeros([SUB, G], tl.float32)
     ps_tile = tl.zeros([SUB, G], tl.float32)  # sum of p * s over tokens: the value bias comes off once
     acc_lo = tl.zeros([HALF, G], tl.float32)
     acc_hi = tl.zeros([HALF, G], tl.float32)
     tb = tl.arange(0, BS)
-    if SWAPPED:
-        tb = swap_within_fours(tb)
     # an empty split reads its row's page 0 (every decode row holds one) and uses none of it
     ahead = _page_region(cache_ptr, bt_row, tl.minimum(page_lo, tl.maximum(page_hi - 1, 0)), head, stride_cb)
     vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
@@ -220,17 +210,16 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
         region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
-            cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, q_hi_op, c, f16, k0, HALF, K_SCALE, K_MIN,
-            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, HI_SCALE, DOT_DTYPE)
+            cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
         if DOT_DTYPE == tl.float16:
             s_const = s_const * q_pow2
             s_first = s_first * q_pow2
         vs_ptr = (region + V_SCALE).to(tl.pointer_type(tl.float16))
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
-            ts_k = swap_within_fours(ts) if SWAPPED else ts  # the key tile's row i is token ts_k[i]
-            kc = tl.load(region + ts_k[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX, False)
+            kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
+            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
             s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
             if DOT_DTYPE == tl.float16:
@@ -249,12 +238,12 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                 pr = tl.where(ts[:, None] == 0, p_first[None, :], pr)
             # p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5): the per-token scales go into p
             # the scales loaded a page ahead (a sub-tile's own: loaded here)
-            vs = vs_page if SUB == BS else tl.load(vs_ptr + ts_k)
+            vs = vs_page if SUB == BS else tl.load(vs_ptr + ts)
             pv = (pr * vs.to(tl.float32)[:, None]).to(DOT_DTYPE)
             l_tile = l_tile * alpha[None, :] + pr
             ps_tile = ps_tile * alpha[None, :] + pv.to(tl.float32)
             vc = tl.load(region + V_CODES + c[:, None] * BS + ts[None, :])  # [HALF, SUB] channel-major
-            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX, SWAPPED)
+            v_lo, v_hi = biased_code_operands(vc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
             acc_lo = tl.dot(v_lo, pv, acc_lo * alpha[None, :], input_precision=EXACT)
             acc_hi = tl.dot(v_hi, pv, acc_hi * alpha[None, :], input_precision=EXACT)
             if sub == 0:  # the first value's high nibbles
@@ -263,10 +252,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
             m_i = m_new
     l_i, p_sum = tl.reduce((l_tile, ps_tile), 0, _add2)
     acc_lo -= (CODE_BIAS + 7.5) * p_sum[None, :]
-    if HI_SCALE == 1.0:
-        acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
-    else:  # acc_hi holds p . (B + S * c): (acc_hi - B * sum p) / S is p . c
-        acc_hi = (acc_hi - CODE_BIAS * p_sum[None, :]) * (1.0 / HI_SCALE) - 7.5 * p_sum[None, :]
+    acc_hi -= (CODE_BIAS + 7.5) * p_sum[None, :]
     o = o_ptr + g[None, :] * head_stride * (2 * HALF)
     tl.store(o + c[:, None], acc_lo, mask=g_ok[None, :])
     tl.store(o + HALF + c[:, None], acc_hi, mask=g_ok[None, :])

@@ -150,65 +150,20 @@ def _unpack_half(packed, ASM: tl.constexpr, DT: tl.constexpr):
     return tl.inline_asm_elementwise(ASM, "=r,=r,r", [packed], dtype=DT.value, is_pure=True, pack=4)
 
 
-@triton.constexpr_function
-def code_bias(code_dtype) -> float:
-    """B of the unpacked code operands B + S * c of a kernel's 16-bit code dtype (tl.bfloat16 or
-    tl.float16; s4kv.kernels.code_ptx.CODE_BIAS), read at compile time."""
-    return code_ptx.CODE_BIAS["bf16" if code_dtype == tl.bfloat16 else "fp16"]
-
-
-@triton.constexpr_function
-def code_scale_hi(code_dtype) -> float:
-    """S of the high nibbles' operands B + S * c (s4kv.kernels.code_ptx.CODE_SCALE: 16 for fp16 codes,
-    1 for bf16; the low nibbles' is 1 for both), read at compile time."""
-    return code_ptx.CODE_SCALE["bf16" if code_dtype == tl.bfloat16 else "fp16", "hi"]
-
-
-@triton.constexpr_function
-def codes_swappable(code_dtype) -> bool:
-    """Whether a 16-bit code dtype has an unpack whose elements come in the byte order 0, 2, 1, 3
-    within each group of 4 (s4kv.kernels.code_ptx "fp16x", a cheaper one): fp16's."""
-    return code_dtype == tl.float16
-
-
 @triton.jit
-def swap_within_fours(i):
-    """Integer indices with their two low bits swapped: 0, 2, 1, 3, 4, 6, 5, 7, ... for 0, 1, 2, ...
-    (the element order of the swapped unpack; its own inverse)."""
-    return (i & ~3) | ((i & 1) << 1) | ((i >> 1) & 1)
-
-
-@triton.jit
-def _swapped_columns(x, R: tl.constexpr, C: tl.constexpr):
-    """x [R, C] with column j at swap_within_fours(j) (the swapped unpack, for the interpreter)."""
-    return tl.reshape(tl.permute(tl.reshape(x, [R, C // 4, 2, 2]), [0, 1, 3, 2]), [R, C])
-
-
-@triton.jit
-def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr,
-                         SWAPPED: tl.constexpr):
-    """Packed code bytes [R, C] -> both halves as OP_DTYPE dot operands holding B + c (low nibbles)
-    and B + S * c (high nibbles), B = code_bias, S = code_scale_hi of CODE_DTYPE (s4kv.kernels.code_ptx:
-    the cheapest unpack; the caller takes B and S out after the dot). SWAPPED (codes_swappable dtypes
-    only): column j holds byte swap_within_fours(j)'s codes, and the dot's other operand must be in
-    that order along k. USE_PTX: compiled (inline PTX); else the same values with Triton operations
-    (the interpreter)."""
+def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+    """Packed code bytes -> both halves as OP_DTYPE dot operands holding B + c, B = CODE_BIAS of
+    CODE_DTYPE (s4kv.kernels.code_ptx: the cheapest unpack; the caller takes B off after the dot).
+    USE_PTX: compiled (inline PTX); else the same values with Triton operations (the interpreter)."""
     if USE_PTX:
         if CODE_DTYPE == tl.bfloat16:
             lo = _unpack_half(packed, unpack_asm("bf16", "lo"), tl.bfloat16)
             hi = _unpack_half(packed, unpack_asm("bf16", "hi"), tl.bfloat16)
-        elif SWAPPED:
-            lo = _unpack_half(packed, unpack_asm("fp16x", "lo"), tl.float16)
-            hi = _unpack_half(packed, unpack_asm("fp16x", "hi"), tl.float16)
         else:
             lo = _unpack_half(packed, unpack_asm("fp16", "lo"), tl.float16)
             hi = _unpack_half(packed, unpack_asm("fp16", "hi"), tl.float16)
     else:
-        bias: tl.constexpr = code_bias(CODE_DTYPE)
-        scale: tl.constexpr = code_scale_hi(CODE_DTYPE)
+        bias: tl.constexpr = 128.0 if CODE_DTYPE == tl.bfloat16 else 64.0
         lo = (packed & 0xF).to(tl.float32) + bias
-        hi = (packed >> 4).to(tl.float32) * scale + bias
-        if SWAPPED:
-            lo = _swapped_columns(lo, lo.shape[0], lo.shape[1])
-            hi = _swapped_columns(hi, hi.shape[0], hi.shape[1])
+        hi = (packed >> 4).to(tl.float32) + bias
     return lo.to(OP_DTYPE), hi.to(OP_DTYPE)

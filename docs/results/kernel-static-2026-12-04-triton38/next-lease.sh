@@ -1,4 +1,14 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, twelfth session: an H100 for 6 minutes ran run3.sh below, the
+# Gluon loop with the shipped split 1.12x / 1.27x slower: the Gluon case is gone; and cheaper fp16 unpacks, no faster,
+# reverted: docs/results/gpu-h100-2026-12-07-fp16-unpack/). Every page-loop timing since the ninth session ran on an
+# H100. On an H200, in order:
+#   a. the page loop's own stall profile there (the H200 is where the loop, not DRAM, bounds it):
+#      bash tools/gpu/run-on-device.sh profile-source (it sources the bundle's /root/s4kv-env.sh; without the bundle,
+#      its ncu command by hand: the kernel bench needs no vLLM), then python3 tools/ncu_stalls.py on the export;
+#   b. item a of the tenth session's plan below (the steady and bench-like profiles at 8k x 32 and 32k x 8; needs the
+#      vLLM bundle, ../shared/gpu/make-bundle's six calls).
+# The GPU kernel tests need the bundle too (62 of them use vLLM's FlashAttention).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, eleventh session: no H200 again; an H100 for 4 minutes ran
 # the Gluon page-loop probe, docs/results/gpu-2026-12-07-gluon-pages/: correct, 1.5-1.7x slower than the shipped
 # kernel with each warp its own tokens and softmax state). On any GPU, first, one call of about 2 minutes, no vLLM:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lease plan, any GPU, no vLLM, from the repository root. Detached, so that it outlives a call:
-#   call 1: (setsid nohup bash docs/results/cpu-2026-12-07-fp16-unpack/run.sh all /root/fp16 \
+#   call 1: (setsid nohup bash docs/results/gpu-h100-2026-12-07-fp16-unpack/run.sh all /root/fp16 \
 #             >/root/fp16.log 2>&1 </dev/null &); sleep 540; cat /root/fp16/progress
 #   call 2 (within 30 s): while ! grep -q done /root/fp16/progress; do sleep 5; done; cp /root/fp16/* $OUT/
 # or one step alone: run.sh STEP DIR (STEP: time, tests, gluon). In order of priority:
