@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (The change it timed is reverted: to run it again, `git apply fp16-unpack.diff` on d2602ea first.)
 # The lease plan, any GPU, no vLLM, from the repository root. Detached, so that it outlives a call:
 #   call 1: (setsid nohup bash docs/results/gpu-h100-2026-12-07-fp16-unpack/run.sh all /root/fp16 \
 #             >/root/fp16.log 2>&1 </dev/null &); sleep 540; cat /root/fp16/progress
