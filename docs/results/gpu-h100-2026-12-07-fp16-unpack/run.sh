@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (The change it timed is reverted: to run it again, `git apply fp16-unpack.diff` on d2602ea first.)
-# The lease plan, any GPU, no vLLM, from the repository root. Detached, so that it outlives a call:
+# The lease plan, any GPU, from the repository root (vLLM only for the tests step). Detached, so that it outlives a call:
 #   call 1: (setsid nohup bash docs/results/gpu-h100-2026-12-07-fp16-unpack/run.sh all /root/fp16 \
 #             >/root/fp16.log 2>&1 </dev/null &); sleep 540; cat /root/fp16/progress
 #   call 2 (within 30 s): while ! grep -q done /root/fp16/progress; do sleep 5; done; cp /root/fp16/* $OUT/
@@ -9,7 +9,8 @@
 #   now with the 6/5-instruction unpacks), each first checked against the reference, two passes
 #   (tools/gpu/decode_configs.sh; about 2.5 minutes);
 # tests: the GPU kernel tests (an fp16 model's page loop takes the new unpacks by default) and the
-#   unpack's emulator tests (about 3.5 minutes);
+#   unpack's emulator tests (about 3.5 minutes); 62 of them need vLLM's FlashAttention, so the vLLM
+#   bundle first (without it, on 2026-12-07: 62 failed on the import, 27 passed);
 # gluon: the Gluon probe's split-keeping versions against the shipped kernel (gluon-pages run3.sh,
 #   about 3 minutes).
 set -u
