@@ -17,7 +17,6 @@ set -u
 step=${1:-all}
 dir=${2:-${OUT:-/tmp/out}}
 mkdir -p "$dir"
-root=$PWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$dir/device.txt"
 run_step() {
   echo "$(date +%T) $1 start" >>"$dir/progress"
@@ -33,7 +32,6 @@ run_step() {
       (cd docs/results/gpu-2026-12-07-gluon-pages && OUT=$dir timeout 300 bash run3.sh) >"$dir/gluon.log" 2>&1 ;;
   esac
   echo "$(date +%T) $1 end rc $?" >>"$dir/progress"
-  cd "$root"
 }
 if [ "$step" = all ]; then
   for s in time tests gluon; do run_step $s; done
