@@ -143,3 +143,10 @@ def test_fp32_models_rotate_and_decode_in_full_fp32(tmp_path):
     assert tf32[("rows", "sm80")] == tf32[("rows", "sm90")] == 0, tf32
     assert tf32[("decode", "sm80")] == tf32[("decode", "sm90")] == 0, tf32
     assert tf32[("reduce", "sm80")] > 0 and tf32[("reduce", "sm90")] > 0, tf32
+    # and each architecture's kernels are built as its GPU launches them: with programmatic dependent
+    # launch on sm90+ (s4kv.kernels.decode.programmatic_launch). Built without it, the sm90 reduction
+    # showed 96 registers and 5 programs per SM instead of 160 and 3, and an Nsight Compute export
+    # from a GPU did not match the build tools/ncu_stalls.py maps it with (2026-12-07)
+    programmatic = {(r["kernel"], r["arch"]): r["programmatic"] for r in rows if r["kernel"] != "rows"}
+    assert programmatic == {("decode", "sm80"): False, ("reduce", "sm80"): False,
+                            ("decode", "sm90"): True, ("reduce", "sm90"): True}, programmatic

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import hashlib
 import json
@@ -204,12 +205,22 @@ def _compiled(cc: int, kernel: str, d: int, options: dict, jit_fn, launch):
     saved = dict(kernels.LAUNCH)
     kernels.LAUNCH[(kernel, d)] = opts
     jit_fn.device_caches.clear()
+    # and every other kernel the launch runs: Triton caches a kernel's target with its device, and the
+    # decode call's rotation and reduction differ between architectures (griddepcontrol on sm90+)
+    from s4kv.kernels import decode
+    for fn in vars(decode).values():
+        if isinstance(fn, triton.runtime.jit.JITFunction):
+            fn.device_caches.clear()
     # the page kernel compiles with the environment the product gives it on a GPU of this
     # architecture (decode_attention's tensors are on the CPU here, so it cannot tell)
     # (a checkout from before 2026-12-04, --source, has no such rule)
     env = kernels.mma_sync_env(cc // 10) if kernel == "decode" and hasattr(kernels, "mma_sync_env") else {}
+    # and with the launch that architecture gets: programmatic dependent launch on sm90+ (its kernels
+    # then hold griddepcontrol instructions, so a GPU's profile matches only a build that has them)
+    target = mock.patch.object(decode, "capability_major", lambda device: cc // 10) \
+        if hasattr(decode, "capability_major") else contextlib.nullcontext()
     try:
-        with mock.patch.dict(os.environ, env):
+        with mock.patch.dict(os.environ, env), target:
             _compile(launch)
     finally:
         kernels.LAUNCH.clear()
@@ -438,6 +449,8 @@ def _facts(cc: int, shape: str, dtype: str, options: dict, kern,
         # tensor-core products that round fp32 operands to tf32 (s4kv.kernels.quant.dot_precision)
         "tf32_mma": sum("TF32" in op for op in ops),
         "local_stores": sum(op.startswith("STL") for op in ops),
+        # built for programmatic dependent launch (griddepcontrol), as sm90+ GPUs launch the decode kernels
+        "programmatic": "griddepcontrol" in kern.asm["ptx"],
         "page_loop": {"instructions_per_warp": per_warp, "instructions_per_program": per_warp * nw,
                       "mma_per_warp": _mma(page),
                       "wgmma_per_warp": _count(page, "HGMMA"),
