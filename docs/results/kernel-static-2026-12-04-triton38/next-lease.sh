@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, thirteenth session: three calls on an H100, no H200;
 # docs/results/gpu-2026-12-07-thirteenth/: the twelfth session's fp16 unpacks no faster from L2 either,
-# and one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
-# DRAM; neither shipped). On an H200, in order: a. and b. below, unchanged. tools/ncu_stalls.py maps a
+# one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
+# DRAM, and a page's query terms one page ahead (TERMS_NEXT) 0.3-2.3 us slower from L2; none shipped). On an H200, in order: a. and b. below, unchanged. tools/ncu_stalls.py maps a
 # GPU's export again since 1c4e7f2 (kernel_static builds sm90 with programmatic launch, as the GPU does).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, twelfth session: an H100 for 6 minutes ran run3.sh below, the
 # Gluon loop with the shipped split 1.12x / 1.27x slower: the Gluon case is gone; and cheaper fp16 unpacks, no faster,
