@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, thirteenth session: three calls on an H100, no H200;
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, thirteenth session: five calls on an H100, no H200;
 # docs/results/gpu-2026-12-07-thirteenth/: the twelfth session's fp16 unpacks no faster from L2 either,
 # one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
-# DRAM, and a page's query terms one page ahead (TERMS_NEXT) 0.3-2.3 us slower from L2; none shipped). On an H200, in order: a. and b. below, unchanged. tools/ncu_stalls.py maps a
-# GPU's export again since 1c4e7f2 (kernel_static builds sm90 with programmatic launch, as the GPU does).
+# DRAM, and a page's query terms one page ahead (TERMS_NEXT) 0.3-2.3 us slower from L2; none shipped).
+# On an H200, in order: a. below in one call of about 5 minutes without vLLM:
+#   here: bash docs/results/gpu-2026-12-07-thirteenth/make-trees.sh; carry [".gpu/t13"], command
+#   bash docs/results/gpu-2026-12-07-thirteenth/run.sh /root/t13 >/root/t13.log 2>&1; cp /root/t13/{t13.tgz,table.txt,progress} $OUT/
+#   (the shipped kernel and the fp16 unpacks from DRAM and L2, then the page loop's Nsight Compute
+#   source profile; then here python3 tools/ncu_stalls.py raw/profile-source.csv.gz, which maps a
+#   GPU's export again since 1c4e7f2); then b. below, unchanged.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, twelfth session: an H100 for 6 minutes ran run3.sh below, the
 # Gluon loop with the shipped split 1.12x / 1.27x slower: the Gluon case is gone; and cheaper fp16 unpacks, no faster,
 # reverted: docs/results/gpu-h100-2026-12-07-fp16-unpack/). Every page-loop timing since the ninth session ran on an
