@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Decode kernel launch configurations (S4KV_KERNEL_CONFIG entries) timed one after the other in one
 # call, each first checked against the PyTorch reference on the bench's inputs; no vLLM needed:
-#   CONFIGS="name=JSON name=JSON ..." PASSES=2 POINTS="8192,32768,1024 32,8,64" bash tools/gpu/decode_configs.sh
-# JSON: an S4KV_KERNEL_CONFIG list ([] = the shipped defaults). The device tool returns few files,
-# so the logs and JSON records go into one archive, $OUT/decode-configs.tgz; the table is printed.
+#   CONFIGS="name=JSON name=JSON ..." PASSES=2 POINTS="8192,32768,1024 32,8,64" [ALIASES="0 128"] bash tools/gpu/decode_configs.sh
+# JSON: an S4KV_KERNEL_CONFIG list ([] = the shipped defaults), without spaces. ALIASES: every pass
+# once per value, the bench's --alias-blocks (0: the pages from DRAM; 128: a pool of 128 blocks that
+# stays in L2, where the page loop rather than DRAM bounds the kernel); with it the records are named
+# NAME-aliasA-passP. The device tool returns few files, so the logs and JSON records go into one
+# archive, $OUT/decode-configs.tgz; the table is printed (tools/kernel_bench_table.py).
 set -u
 OUT=${OUT:-/tmp/out}
 work=$(mktemp -d)
@@ -17,11 +20,16 @@ for spec in $CONFIGS; do
   echo "$name check: $(tail -1 "$work/$name-check.log")"
 done
 for pass in $(seq 1 "${PASSES:-2}"); do
-  for spec in $CONFIGS; do
-    name=${spec%%=*}
-    S4KV_KERNEL_CONFIG=$work/$name.config.json python3 -m s4kv.kernels.bench --contexts "$CTX" --batches "$BATCH" \
-      --breakdown --json "$work/$name-$pass.json" >"$work/$name-$pass.log" 2>&1
-    echo "== $name pass $pass"; grep -v "^device\|flash-attn\|Warning\|_warn_once" "$work/$name-$pass.log" | grep -v "^ *context"
+  for a in ${ALIASES:-0}; do
+    for spec in $CONFIGS; do
+      name=${spec%%=*}
+      if [ -n "${ALIASES:-}" ]; then rec=$name-alias$a-pass$pass; else rec=$name-$pass; fi
+      S4KV_KERNEL_CONFIG=$work/$name.config.json python3 -m s4kv.kernels.bench --contexts "$CTX" --batches "$BATCH" \
+        --breakdown $( [ "$a" = 0 ] || echo --alias-blocks "$a" ) --json "$work/$rec.json" >"$work/$rec.log" 2>&1
+      echo "== $name pass $pass${ALIASES:+ alias $a}"
+      grep -v "^device\|flash-attn\|Warning\|_warn_once" "$work/$rec.log" | grep -v "^ *context"
+    done
   done
 done
+python3 tools/kernel_bench_table.py "$work"/*[0-9].json  # the records, not the NAME.config.json files
 mkdir -p "$OUT" && tar -czf "$OUT/decode-configs.tgz" -C "$work" .
