@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, fourteenth session: three H100s, no H200;
+# docs/results/gpu-2026-12-07-fourteenth/: two pages per loop iteration 6-13% slower from L2, the value
+# dots a page behind 4-9% slower, a third page buffer and two or three waves of shorter splits slower;
+# the shipped loop's Nsight Compute profile with its pages in L2 on the H100: 0.61 instructions per
+# scheduler and cycle, no eligible warp in 39% of cycles). The plan below is unchanged: on an H200,
+# the thirteenth session's run.sh first (its Nsight Compute run is the H200's own page-loop profile).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, thirteenth session: five calls on an H100, no H200;
 # docs/results/gpu-2026-12-07-thirteenth/: the twelfth session's fp16 unpacks no faster from L2 either,
 # one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
