@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Decode kernel launch configurations (S4KV_KERNEL_CONFIG entries) timed one after the other in one
 # call, each first checked against the PyTorch reference on the bench's inputs; no vLLM needed:
-#   CONFIGS="name=JSON name=JSON ..." PASSES=2 POINTS="8192,32768,1024 32,8,64" [ALIASES="0 128"] bash tools/gpu/decode_configs.sh
+#   CONFIGS="name=JSON name=JSON ..." PASSES=2 POINTS="8192,32768,1024 32,8,64" [ALIASES="0 128"] [PROFILE="0 128"] \
+#     bash tools/gpu/decode_configs.sh
 # JSON: an S4KV_KERNEL_CONFIG list ([] = the shipped defaults), without spaces. ALIASES: every pass
 # once per value, the bench's --alias-blocks (0: the pages from DRAM; 128: a pool of 128 blocks that
 # stays in L2, where the page loop rather than DRAM bounds the kernel); with it the records are named
-# NAME-aliasA-passP. The device tool returns few files, so the logs and JSON records go into one
-# archive, $OUT/decode-configs.tgz; the table is printed (tools/kernel_bench_table.py).
+# NAME-aliasA-passP. PROFILE="A ...": then, per configuration and value, Nsight Compute's per-
+# instruction stall samples of the page kernel at the first point (--alias-blocks A; 0: DRAM), as
+# NAME-profileA.csv.gz for tools/ncu_stalls.py (with the configuration's options) beside its details
+# page. The device tool returns few files, so the logs, JSON records, exports and versions.txt (GPU,
+# driver, torch, Triton) go into one archive, $OUT/decode-configs.tgz; the table is printed
+# (tools/kernel_bench_table.py).
 set -u
 OUT=${OUT:-/tmp/out}
 work=$(mktemp -d)
 read -r CTX BATCH <<<"${POINTS:-8192,32768,1024 32,8,64}"
 nvidia-smi -L
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; date -u; } >"$work/versions.txt" 2>&1
 for spec in $CONFIGS; do
   name=${spec%%=*}
   echo "${spec#*=}" >"$work/$name.config.json"
@@ -32,4 +39,21 @@ for pass in $(seq 1 "${PASSES:-2}"); do
   done
 done
 python3 tools/kernel_bench_table.py "$work"/*[0-9].json  # the records, not the NAME.config.json files
+if [ -n "${PROFILE:-}" ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  for a in $PROFILE; do
+    for spec in $CONFIGS; do
+      name=${spec%%=*}; rec=$name-profile$a
+      S4KV_KERNEL_CONFIG=$work/$name.config.json timeout 200 "$NCU" --clock-control none --graph-profiling node \
+        --kernel-name regex:_decode_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+        --section SchedulerStats --section WarpStateStats --section SourceCounters -f -o "$work/$rec" \
+        python3 -m s4kv.kernels.bench --contexts "${CTX%%,*}" --batches "${BATCH%%,*}" \
+        $( [ "$a" = 0 ] || echo --alias-blocks "$a" ) >"$work/$rec.log" 2>&1 \
+        && "$NCU" -i "$work/$rec.ncu-rep" --page source --csv --print-source sass | gzip >"$work/$rec.csv.gz" \
+        && "$NCU" -i "$work/$rec.ncu-rep" --page details >"$work/$rec-details.txt"
+      echo "$rec: exit $?"
+      rm -f "$work/$rec.ncu-rep"
+    done
+  done
+fi
 mkdir -p "$OUT" && tar -czf "$OUT/decode-configs.tgz" -C "$work" .
