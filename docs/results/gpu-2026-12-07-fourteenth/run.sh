@@ -14,14 +14,24 @@
 #         (lag-late) the page's key dots, lag without a register cap (168, three per SM), and a third
 #         page buffer (PAGE_STAGES 7, the shipped tree's option); profiled with the pages in L2.
 #   waves (call 3, the shipped tree): programs_per_sm 8 and 12 (two and three waves of shorter splits).
+#   early (call 4, the shipped tree beside .gpu/t14/early, carried: the shipped tree with
+#         early-value-codes.diff, built here by `bash docs/results/gpu-2026-12-07-fourteenth/run.sh tree`):
+#         the value codes' shared-memory load issued before the page's max instead of after p;
+#         profiled with the pages in L2.
 # The lease ran the same steps from three scripts of their own (this run.sh, run2.sh, run3.sh at
 # b206c42 in git history), which wrote versions.txt themselves and ran Nsight Compute for two
 # configurations per call (shipped and pair1; shipped and lag); their records are raw/, raw2/, raw3/.
 set -u
-X=${1:?EXPERIMENT} O=${2:?DIR}
-mkdir -p "$O"
+X=${1:?EXPERIMENT}
 dec() { echo "{\"kernel\":\"decode\",\"head_size\":128,\"options\":{$1}}"; }
 grid() { echo "{\"kernel\":\"decode-grid\",\"head_size\":0,\"options\":{$1}}"; }
+if [ "$X" = tree ]; then  # here, before call 4
+  rm -rf .gpu/t14/early && mkdir -p .gpu/t14/early && git archive HEAD s4kv tests | tar -x -C .gpu/t14/early
+  patch -d .gpu/t14/early -p1 <docs/results/gpu-2026-12-07-fourteenth/early-value-codes.diff
+  exit
+fi
+O=${2:?DIR}
+mkdir -p "$O"
 case $X in
   pair) CONFIGS="shipped=[] pair=[$(dec '"PAIR_PAGES":true,"maxnreg":168'),$(grid '"programs_per_sm":3')]
                  pair1=[$(dec '"PAIR_PAGES":true,"maxnreg":168,"PAIR_ONE_ACC":true'),$(grid '"programs_per_sm":3')]"
@@ -33,6 +43,7 @@ case $X in
   waves) CONFIGS="shipped=[] waves2=[$(grid '"programs_per_sm":8,"max_splits":64')]
                   waves3=[$(grid '"programs_per_sm":12,"max_splits":64')]"
          PROFILE= ;;
+  early) CONFIGS="shipped=[] early@.gpu/t14/early=[]" PROFILE=128 ;;
   *) echo "unknown experiment $X" >&2; exit 2 ;;
 esac
 CONFIGS=$CONFIGS PROFILE=$PROFILE OUT=$O ALIASES="0 128" PASSES=2 POINTS="8192,32768 32,8" \
