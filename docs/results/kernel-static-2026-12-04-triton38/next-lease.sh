@@ -5,6 +5,10 @@
 # the shipped loop's Nsight Compute profile with its pages in L2 on the H100: 0.61 instructions per
 # scheduler and cycle, no eligible warp in 39% of cycles). The plan below is unchanged: on an H200,
 # the thirteenth session's run.sh first (its Nsight Compute run is the H200's own page-loop profile).
+# On any GPU, one call of about 4 minutes without vLLM, not run for want of a machine: here
+# `bash docs/results/gpu-2026-12-07-fourteenth/run.sh tree`, then with carry [".gpu/t14"]
+# `bash docs/results/gpu-2026-12-07-fourteenth/run.sh early /root/t14d` (the value codes' load before
+# the page's max, beside the shipped tree; copy /root/t14d/decode-configs.tgz and table.txt).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, thirteenth session: five calls on an H100, no H200;
 # docs/results/gpu-2026-12-07-thirteenth/: the twelfth session's fp16 unpacks no faster from L2 either,
 # one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
