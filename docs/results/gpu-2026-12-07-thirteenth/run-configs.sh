@@ -13,9 +13,7 @@
 # their records are raw/warp-pages/, raw/warp-pages-v2/ and raw/terms-next/.
 set -u
 O=${1:?DIR}
-mkdir -p "$O"
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; date -u; } >"$O/versions.txt" 2>&1
+mkdir -p "$O"  # versions.txt is in decode_configs.sh's archive (the lease's scripts wrote it here)
 CONFIGS="shipped=[]"
 for spec in ${WP:-}; do
   IFS=: read -r n sub st reg pps <<<"$spec"

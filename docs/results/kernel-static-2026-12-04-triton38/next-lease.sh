@@ -13,11 +13,11 @@
 # docs/results/gpu-2026-12-07-thirteenth/: the twelfth session's fp16 unpacks no faster from L2 either,
 # one-warp page programs (WARP_PAGES, no barrier between warps) 8-15% slower from L2 and 20-36% from
 # DRAM, and a page's query terms one page ahead (TERMS_NEXT) 0.3-2.3 us slower from L2; none shipped).
-# On an H200, in order: a. below in one call of about 5 minutes without vLLM:
+# On an H200, in order: a. below in one call of about 6 minutes without vLLM:
 #   here: bash docs/results/gpu-2026-12-07-thirteenth/make-trees.sh; carry [".gpu/t13"], command
-#   bash docs/results/gpu-2026-12-07-thirteenth/run.sh /root/t13 >/root/t13.log 2>&1; cp /root/t13/{t13.tgz,table.txt,progress} $OUT/
+#   bash docs/results/gpu-2026-12-07-thirteenth/run.sh /root/t13 >/root/t13.log 2>&1; cp /root/t13/{decode-configs.tgz,table.txt} $OUT/
 #   (the shipped kernel and the fp16 unpacks from DRAM and L2, then the page loop's Nsight Compute
-#   source profile; then here python3 tools/ncu_stalls.py raw/profile-source.csv.gz, which maps a
+#   source profile, in the archive as shipped-bf16-profile0.csv.gz; then here python3 tools/ncu_stalls.py on it, which maps a
 #   GPU's export again since 1c4e7f2); then b. below, unchanged.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, twelfth session: an H100 for 6 minutes ran run3.sh below, the
 # Gluon loop with the shipped split 1.12x / 1.27x slower: the Gluon case is gone; and cheaper fp16 unpacks, no faster,
