@@ -281,3 +281,25 @@ def test_klayers_makes_keys_exact_in_those_layers_only():
         same_as = keys_exact if 1 <= layer <= 3 else shipped
         assert torch.equal(format_sim.kivi_sdpa(q, k, v, scale, run), format_sim.kivi_sdpa(q, k, v, scale, same_as))
     assert format_sim.layer_variant(shipped, 2) is shipped
+
+
+def test_dots_rounds_only_the_page_operands_and_unrounded_is_the_plain_page_attention():
+    """dots=32 (the codes and statistics recovered from the pages, no rounding) is the variant's own
+    attention; bf16 operands (16) move it a little, int8 q * s (8) and int8 p * vs (88) more, all far
+    less than the format's own error against exact attention."""
+    q, k, v, scale = _qkv(3, 3 * BS + 40)
+    shipped = {"first_value": 8, "tail8": 1, "own8": 1, "unit": 1}
+    plain = format_sim.kivi_sdpa(q, k, v, scale, shipped)
+    exact = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(2, 0), v.float().repeat_interleave(2, 0), is_causal=True,
+        scale=scale).transpose(0, 1)
+    fmt_err = ((plain - exact).norm() / exact.norm()).item()
+    errs = {}
+    for dots in (32, 16, 8, 88):
+        o = format_sim.kivi_sdpa(q, k, v, scale, {**shipped, "dots": dots})
+        errs[dots] = ((o - plain).norm() / plain.norm()).item()
+        # positions before the first complete block read no page: untouched
+        assert torch.equal(o[:BS - 1], plain[:BS - 1])
+    assert errs[32] < 1e-5, errs
+    assert 1e-5 < errs[16] < errs[8] < 0.2 * fmt_err, (errs, fmt_err)
+    assert errs[8] < errs[88] < 0.3 * fmt_err, (errs, fmt_err)

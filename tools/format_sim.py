@@ -45,6 +45,13 @@ Variants are built from these knobs (name: knob=value,...; see VARIANTS):
   kmin64      1: in blocks whose first-key slot is free (first_key=2: every block but block 0),
               key minimum per 64-token half in that slot, the block's one scale shared by both
               halves: key statistics follow the tokens twice as closely at the shipped 136 bytes
+  dots        the decode page loop's dot operands rounded as the kernel rounds them (the rest of the
+              attention unrounded): 16: q * s per block and channel and p * vs per token in bf16 (the
+              shipped kernel with a bf16 model); 8: q * s in int8, one scale per query, head and
+              block (its largest magnitude over the channels is 127), p * vs in bf16; 88: p * vs in
+              int8 too, one scale per query, head and block (the block's largest p times its largest
+              value scale is 127); 32: the same algebra unrounded (equals no `dots`: a check). Pages
+              only, shipped key statistics (kblock/kmin64/kfit excluded)
   kfit        N: key minimum and scale fitted by least squares (N rounds of fit, re-round) instead
               of min-max: the same bytes, a smaller squared error, codes clamp what the range
               leaves out (the format's |error| <= scale/2 bound no longer holds)
@@ -161,6 +168,10 @@ VARIANTS = {
     "first_value8+recent256": {"first_value": 8, "recent": 256},
     # units of two blocks (0..255 positions off the pages, 8-bit): what a prefix hit can restart
     "first_value8+tail8own+unit2": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2},
+    # the shipped format with the decode kernel's dot-operand roundings (knob dots)
+    "first_value8+tail8own+unit2+dots16": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "dots": 16},
+    "first_value8+tail8own+unit2+dots8": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "dots": 8},
+    "first_value8+tail8own+unit2+dots88": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "dots": 88},
     # the shipped format with its attention in float64, as the CPU backend computes it
     "first_value8+tail8own+unit2+f64": {"first_value": 8, "tail8": 1, "own8": 1, "unit": 2, "f64": 1},
     "first_value8+sinkkey+kmin64+tail8own+unit2": {"first_value": 8, "first_key": 2, "kmin64": 1, "tail8": 1,
@@ -451,6 +462,47 @@ def fake_quantize(k: torch.Tensor, v: torch.Tensor, var: dict, key_variance: boo
     return kq.reshape(h, t, d), vq.reshape(h, t, d), kvar.reshape(h, t, d)
 
 
+def _int8_round(x: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """x rounded to multiples of bound / 127 (bound broadcasts; |x| <= bound)."""
+    unit = bound.clamp(min=1e-30) / 127
+    return torch.round(x / unit) * unit
+
+
+def _page_dots(qr, kq, vq, nb, g, mode):
+    """The pages' scores [Hq, T, nb*BS] and their values' share [Hq, T, D] (rotated basis) with the
+    decode kernel's dot operands rounded (knob `dots`): keys as m + s * code per block and channel
+    (the statistics over tokens 1..127; token 0's exact key scores unrounded), values as
+    vs * (code - 7.5) per token."""
+    hq, t, d = qr.shape
+    kb = kq.reshape(-1, nb, BS, d)[:, :, 1:]  # [Hkv, nb, BS-1, D]: token 0 is the exact key
+    mn, mx = kb.amin(2), kb.amax(2)  # the stored minimum is a code-0 value, the maximum a code-15 one
+    step = (mx - mn) / fmt.CODE_LEVELS
+    codes = torch.where(step[:, :, None] > 0, torch.round((kq.reshape(-1, nb, BS, d) - mn[:, :, None]) /
+                                                          step[:, :, None].clamp(min=1e-30)), 0.0)
+    step, mn, codes = (x.repeat_interleave(g, 0) for x in (step, mn, codes))
+    qs = qr[:, :, None, :] * step[:, None]  # [Hq, T, nb, D]
+    if mode == 16:
+        qs = qs.to(torch.bfloat16).to(qr.dtype)
+    elif mode in (8, 88):
+        qs = _int8_round(qs, qs.abs().amax(-1, keepdim=True))
+    sc = torch.einsum("htbd,hbkd->htbk", qs, codes) + torch.einsum("htd,hbd->htb", qr, mn)[..., None]
+    sc[..., 0] = torch.einsum("htd,hbd->htb", qr, kq.reshape(-1, nb, BS, d)[:, :, 0].repeat_interleave(g, 0))
+    vb = vq.reshape(-1, nb, BS, d)
+    vs = vb.abs().amax(-1) / (fmt.CODE_LEVELS / 2)  # [Hkv, nb, BS]: the largest |value| is a code 0 or 15
+    vs = torch.where(vs > 0, vs, 1.0)
+    vc = (vb / vs[..., None]).repeat_interleave(g, 0)  # code - 7.5 (token 0's 8-bit value, in those units)
+    vs = vs.repeat_interleave(g, 0)
+
+    def values(pb):  # pb [Hq, T, nb, BS] -> [Hq, T, D]
+        pv = pb * vs[:, None]
+        if mode == 88:
+            pv = _int8_round(pv, pb.amax(-1, keepdim=True) * vs.amax(-1)[:, None, :, None])
+        elif mode in (8, 16):
+            pv = pv.to(torch.bfloat16).to(pb.dtype)
+        return torch.einsum("htbk,hbkd->htd", pv, vc)
+    return sc.reshape(hq, t, nb * BS), values
+
+
 def kivi_sdpa(q, k, v, scale, var):
     """q [Hq, T, D], k, v [Hkv, T, D] -> [T, Hq, D] fp32: causal attention under the variant."""
     hq, t, _ = q.shape
@@ -502,6 +554,11 @@ def kivi_sdpa(q, k, v, scale, var):
     if kt is not None:
         s_ex = torch.where(tail, torch.matmul(qr, kt.to(ft).repeat_interleave(g, 0).transpose(-1, -2)), s_ex)
     s_q = torch.matmul(qr if var.get("krot", 1) else qf, kqr.transpose(-1, -2))
+    dots = var.get("dots")
+    if dots:
+        assert var.get("krot", 1) and not (var.get("kblock") or var.get("kmin64") or var.get("kfit")
+                                           or var.get("kbias") or var.get("kq", 1) == 0), "dots: the shipped pages"
+        s_q, page_values = _page_dots(qr, kq.to(ft), vq.to(ft), nb, g, dots)
     s = s_ex.clone()
     s[:, :, :nb * BS] = torch.where(use_q, s_q, s_ex[:, :, :nb * BS])
     if var.get("kbias"):  # minus half each quantized logit's expected error variance (in s * scale units)
@@ -530,11 +587,12 @@ def kivi_sdpa(q, k, v, scale, var):
             first = pos % BS == 0
             c8, s8 = fmt.quantize_values(vr[:, first], fmt.FIRST_VALUE_LEVELS)
             vt[:, first] = fmt.dequantize_values(c8, s8, fmt.FIRST_VALUE_LEVELS)
+    pages = page_values(pq.reshape(*pq.shape[:2], nb, BS)) if dots else torch.matmul(pq, vqr)
     if vt is not None:
         pt = torch.where(tail, pe, 0.0)
-        o = torch.matmul(pe - pt, vf) + fmt.unrotate(torch.matmul(pq, vqr) + torch.matmul(pt, vt.to(ft).repeat_interleave(g, 0)), ft)
+        o = torch.matmul(pe - pt, vf) + fmt.unrotate(pages + torch.matmul(pt, vt.to(ft).repeat_interleave(g, 0)), ft)
     else:
-        o = torch.matmul(pe, vf) + fmt.unrotate(torch.matmul(pq, vqr), ft)
+        o = torch.matmul(pe, vf) + fmt.unrotate(pages, ft)
     return o.transpose(0, 1)
 
 
