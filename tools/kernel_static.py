@@ -156,10 +156,11 @@ def _int_to_float(counter: collections.Counter) -> int:
 
 
 def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
-    """A decode or stage kernel's page loop: the loop with the most tensor-core instructions, then
+    """A decode or stage kernel's page loop: of the loops with tensor-core instructions, the one with
     the fewest integer-to-float conversions (pages' 4-bit codes become dot operands by bit operations,
     s4kv.kernels.code_ptx; the decode kernel's window loop converts 8-bit codes with I2F and, in
-    64-row tiles, has as many MMAs), then the innermost (a loop around the page loop holds its MMAs
+    64-row tiles, has as many MMAs as the page loop, or more where the page loop's are int8 m16n8k32),
+    then the most tensor-core instructions, then the innermost (a loop around the page loop holds its MMAs
     too), then the most instructions; None without a loop."""
     bodies = loop_bodies(sass)
     if not bodies:
