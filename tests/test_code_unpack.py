@@ -16,7 +16,7 @@ import torch
 if not torch.cuda.is_available():  # importing s4kv.kernels imports Triton, which reads this once
     os.environ["TRITON_INTERPRET"] = "1"
 
-from s4kv.kernels.code_ptx import CODE_BIAS, FP16_SATFINITE, unpack_ptx
+from s4kv.kernels.code_ptx import BYTE_CODES_PTX, CODE_BIAS, FP16_SATFINITE, unpack_ptx
 
 MASK = 0xFFFFFFFF
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -158,6 +158,8 @@ elif change == "bias":
     code_ptx.CODE_BIAS = {**code_ptx.CODE_BIAS, "fp16": 65.0}
 elif change == "satfinite":
     code_ptx.FP16_SATFINITE += " // changed"
+elif change == "bytes":
+    code_ptx.BYTE_CODES_PTX = {**code_ptx.BYTE_CODES_PTX, "lo": code_ptx.BYTE_CODES_PTX["lo"] + " // changed"}
 from s4kv.kernels import kernel_layout
 print(kernel_layout(128))
 """
@@ -181,10 +183,26 @@ def test_a_changed_ptx_text_or_bias_changes_every_kernels_cache_key():
 
     base = layout("none")
     assert base == layout("none") and ";ptx=" in base
-    for change in ("unpack", "bias", "satfinite"):
+    for change in ("unpack", "bias", "satfinite", "bytes"):
         assert layout(change) != base, change
     kernels = pathlib.Path(__file__).resolve().parents[1] / "s4kv" / "kernels"
     launches = {f.name: f.read_text().count("LAYOUT=") for f in kernels.glob("*.py")}
     assert sum(launches.values()) >= 5, launches
     for f in kernels.glob("*.py"):
         assert "LAYOUT=fmt.kernel_layout" not in f.read_text(), f.name
+
+
+@pytest.mark.parametrize("half", ["lo", "hi"])
+def test_every_code_byte_becomes_its_int8_code(half):
+    """The int8 key dots' operands (s4kv.kernels.code_ptx.BYTE_CODES_PTX): each byte's low or high
+    nibble as that byte, in byte order, 1 and 2 instructions (3 per 8 codes)."""
+    program = BYTE_CODES_PTX[half]
+    assert set(re.findall(r"\$\d", program)) == {"$0", "$1"}
+    ops = [ln for ln in program.replace("{", "").replace("}", "").split(";") if ln.strip() and ".reg" not in ln]
+    assert len(ops) == (1 if half == "lo" else 2), ops
+    for value in range(256):
+        for rot in range(4):
+            data = [(value + 0x35 * ((i + rot) % 4)) % 256 for i in range(4)]
+            out = run_ptx(program, {"$1": int.from_bytes(bytes(data), "little")})["$0"]
+            want = [d % 16 if half == "lo" else d // 16 for d in data]
+            assert list(out.to_bytes(4, "little")) == want, (half, data, hex(out))

@@ -286,7 +286,8 @@ def test_peaky_queries_against_reference(q_scale, operands, monkeypatch):
     (tests/operand_roundings.py: 1.11e-2 / 1.89e-2 from the reference with bf16, and equal to the
     reference to 1e-5 with none, which is checked here too), in whatever dtype it multiplies: the
     model's bf16 (the interpreter's fp32 dots: no rounding) or fp16 (s4kv.kernels.decode.page_operand_dtype;
-    the interpreter rounds fp16 operands as a GPU does). fp16 operands must also stay within the
+    the interpreter rounds fp16 operands as a GPU does), with a bf16 model's q * s in int8 (its key
+    dots on int8 operands, also under the interpreter). fp16 operands must also stay within the
     bound of the reference itself (emulated 9.6e-4 / 6.6e-4 at 8x / 16x)."""
     if operands == "fp16":
         _set_launch(monkeypatch, {("decode-grid", 0): {"fp16_operands": True}})
@@ -302,6 +303,15 @@ def _operand_dtype(model_dtype):
 
     tl_to_torch = {tl.float32: torch.float32, tl.bfloat16: torch.bfloat16, tl.float16: torch.float16}
     return tl_to_torch[dot_dtype(page_operand_dtype(model_dtype))]
+
+
+def _int8_keys(model_dtype, d: int) -> bool:
+    """Whether the decode kernel's key dots run on int8 (s4kv.kernels.decode.int8_keys: the launch
+    option INT8_KEYS with bf16 operands), also under the interpreter, whose other dots take fp32."""
+    from s4kv.kernels import launch_options
+    from s4kv.kernels.decode import page_operand_dtype
+
+    return bool(launch_options("decode", d).get("INT8_KEYS")) and page_operand_dtype(model_dtype) == torch.bfloat16
 
 
 def _check_scaled_decode_row(dtype, q_scale, k_scale=1, operand_roundings=False, reference=True):
@@ -325,10 +335,48 @@ def _check_scaled_decode_row(dtype, q_scale, k_scale=1, operand_roundings=False,
         q, k, v = r["q"][ctx:ctx + 1], r["k"][:ctx + 1], r["v"][:ctx + 1]
         unrounded = decode_row_with_operand_roundings(q, k, v, 64 ** -0.5, torch.float32)
         assert relative_error(unrounded, ref) < 1e-5  # the recomputation itself
-        rounded = decode_row_with_operand_roundings(q, k, v, 64 ** -0.5, _operand_dtype(dtype))
+        rounded = decode_row_with_operand_roundings(q, k, v, 64 ** -0.5, _operand_dtype(dtype), _int8_keys(dtype, 64))
         assert torch.isfinite(out).all()
         err = relative_error(out, rounded)
         assert err < TOL[dtype], (err, relative_error(rounded, ref))
+
+
+@pytest.mark.parametrize("d,hq", [(64, 7), (128, 8)])
+@pytest.mark.parametrize("q_scale", [1, 8])
+def test_int8_key_dots_against_their_roundings(d, hq, q_scale, monkeypatch):
+    """The launch option INT8_KEYS (s4kv.kernels.decode.int8_keys): a bf16 model's key dots on int8
+    operands, with 1, 3 and 8 splits, against the row recomputed with q * s rounded to int8 per page
+    and query head and the other operands as the kernel rounds them (tests/operand_roundings.py).
+    The recomputation with bf16's (GPU) or no (interpreter) rounding of q * s must be further away
+    than the bound: the check tells the int8 path from the other. (Against the fp32 reference such
+    rows are ~1.5e-2 off on random keys, beyond the bf16 bound: the option is off by default.)"""
+    from operand_roundings import decode_row_with_operand_roundings
+
+    from s4kv.kernels import decode
+
+    _set_launch(monkeypatch, {("decode", d): {"INT8_KEYS": True}})
+    assert _int8_keys(torch.bfloat16, d)
+    e = _engine(hq, 1, d, torch.bfloat16, num_blocks=16)
+    e.add("a", 5 * BS + 3)
+    e.reqs["a"]["q"] *= q_scale
+    e.step([("a", 5 * BS + 2)])
+    orig = decode.num_splits
+    try:
+        for splits in (1, 3, 8):
+            decode.num_splits = lambda *a, s=splits, **k: s
+            result = e.step([("a", 1)])
+            out, ctx = result["a"]
+            r = e.reqs["a"]
+            q, k, v = r["q"][ctx:ctx + 1], r["k"][:ctx + 1], r["v"][:ctx + 1]
+            rounded = decode_row_with_operand_roundings(q, k, v, d ** -0.5, _operand_dtype(torch.bfloat16), True)
+            other = decode_row_with_operand_roundings(q, k, v, d ** -0.5, _operand_dtype(torch.bfloat16), False)
+            tol = TOL[torch.bfloat16]
+            assert torch.isfinite(out).all()
+            assert relative_error(out, rounded) < tol, (splits, relative_error(out, rounded), relative_error(out, other))
+            assert relative_error(out, other) > 2 * tol, (splits, relative_error(out, other))
+            e.reqs["a"]["done"] -= 1  # the same query again with another split count
+    finally:
+        decode.num_splits = orig
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -32,7 +32,8 @@ layout = triton.constexpr_function(fmt.layout_value)
 
 def ptx_digest() -> str:
     """A digest of the kernels' inline PTX texts and code biases (s4kv.kernels.code_ptx)."""
-    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE)
+    tables = (sorted(code_ptx.UNPACK_PTX.items()), sorted(code_ptx.CODE_BIAS.items()), code_ptx.FP16_SATFINITE,
+              sorted(code_ptx.BYTE_CODES_PTX.items()))
     return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
 
 

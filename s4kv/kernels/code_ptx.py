@@ -38,6 +38,16 @@ def unpack_ptx(dtype: str, half: str) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
+# Packed code bytes -> int8 dot operands (the decode page loop's key dots with a bf16 model, mma
+# m16n8k32 on int8): a byte's low nibble (half "lo") or high nibble ("hi") as the byte itself, 4 codes
+# per register in byte order; 3 instructions per 8 codes against the 16-bit operands' 7, and the dot
+# takes twice the codes per instruction. $1 = 4 packed code bytes, $0 = 4 int8 codes.
+BYTE_CODES_PTX = {
+    "lo": "and.b32 $0, $1, 0x0F0F0F0F;",
+    "hi": "{\n.reg .b32 x;\nshr.u32 x, $1, 4;\nand.b32 $0, x, 0x0F0F0F0F;\n}",
+}
+
+
 # fp32 pair -> fp16 pair, rounded to nearest, clamped to +-65504, NaN kept: what clamp_fp16(x).to(fp16)
 # gives (a value that rounds past 65504 is clamped before or after rounding alike), one conversion per
 # two elements instead of a compare, a min and a select per element. Triton hands a pack of two

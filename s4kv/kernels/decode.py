@@ -13,7 +13,10 @@ which pages a split covers is computed from the sequence lengths on the device):
    scales go into the query (q . (c * s + m) = (q * s) . c + q . m) and per-token value scales into
    the probabilities (p @ ((c - 7.5) * s) = (p * s) @ (c - 7.5)), so the dots run on the codes,
    which become 16-bit operands B + c by bit operations (s4kv.kernels.quant.biased_code_operands);
-   B comes off in fp32 once per page and query head (keys) or once per split (values). A block's
+   B comes off in fp32 once per page and query head (keys) or once per split (values). With the
+   launch option INT8_KEYS and a bf16 model the key dots run on int8 instead (int8_keys): the codes
+   themselves as int8 operands (s4kv.kernels.quant.int8_code_operands) and q * s rounded to int8 per
+   page and query head. A block's
    first token is the exception (exact key, 8-bit value): its score comes from the exact key, and
    the high nibbles of its value codes are added on their own. One page per loop iteration.
 3. ``_reduce_kernel``, one program per (row, kv head): merges the page and window partials
@@ -46,13 +49,33 @@ from s4kv.kernels.code_ptx import CODE_BIAS as _CODE_BIAS
 from s4kv.kernels.quant import (
     biased_code_operands,
     dot_precision,
+    int8_code_operands,
     rotate_halves,
     rotate_with_tiles,
     rotation_tiles,
+    round_to_int8,
 )
 from s4kv.kernels.window import window_slots
 
 LOG2E = 1.4426950408889634
+
+
+@triton.constexpr_function
+def int8_keys(requested, code_dtype) -> bool:
+    """Whether the page loop's key dots run on int8 operands (mma m16n8k32, int32 sums): where the
+    launch option INT8_KEYS asks for it and the operands are bf16 (a bf16 model), read at compile
+    time. The codes are int8 operands as they lie in their bytes (3 instructions per 8 codes against
+    7 for 16-bit operands, and half the MMAs), and q * s is rounded to int8 with one scale per page
+    and query head (its largest |q * s| over the channels is 127). On an H100 the page kernel was
+    5-8% faster with the pages in L2 and 0.5-1% from DRAM (2026-12-07,
+    docs/results/gpu-2026-12-07-fifteenth/), and SmolLM2 with these roundings simulated
+    (tools/format_sim.py, knob dots) scored as with bf16 q * s. Off by default: on random keys its
+    rows are ~3x further from the fp32 reference than bf16 q * s puts them (1.5e-2 in the kernel
+    tests' harness), beyond the bf16 bound that the kernel tests and the engine's start-up check
+    (s4kv.backend.selfcheck) hold every row to, and neither the GPU kernel tests nor an H200 have
+    run it. fp16 operands (an fp16 model, or fp16_operands) keep 16-bit key dots: their q * s
+    rounds finer than int8's."""
+    return bool(requested) and code_dtype == tl.bfloat16
 
 
 @triton.constexpr_function
@@ -142,21 +165,37 @@ def _narrow_loads(region, tb, c, V_SCALE: tl.constexpr):
 @triton.jit
 def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF: tl.constexpr,
                K_SCALE: tl.constexpr, K_MIN: tl.constexpr, FIRST_KEY: tl.constexpr,
-               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr):
+               FIRST_KEY_DTYPE: tl.constexpr, CODE_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
+               INT8_KEYS: tl.constexpr):
     """One page's per-query-head terms: (region, the scaled query halves [G, HALF] as dot operands,
-    the scores' per-head constant, the first token's exact score, the first value's high-nibble
-    terms [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
+    the scores' per-head unit (INT8_KEYS: what one unit of the int8 dots is worth; else 1), the
+    scores' per-head constant, the first token's exact score, the first value's high-nibble terms
+    [HALF]). f16, k0: token 0's value scale and key code row (_narrow_loads)."""
     region = _page_region(cache_ptr, bt_row, page, head, stride_cb)
     ks_ptr = (region + K_SCALE).to(tl.pointer_type(tl.float16))
     km_ptr = (region + K_MIN).to(tl.pointer_type(tl.float16))
     fk_ptr = (region + FIRST_KEY).to(tl.pointer_type(FIRST_KEY_DTYPE))
-    # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
-    # the dots run on the biased codes, the rest is one constant per query head
-    qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-    s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
-                     + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
-                     - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
+    if INT8_KEYS:
+        # q . (c * s + m) = unit * round((q * s) / unit) . c + q . m, unit = max |q * s| / 127 per head:
+        # the dots run on the codes as int8, the rest is one constant per query head
+        qs_lo = q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]
+        qs_hi = q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]
+        amax = tl.maximum(tl.maximum(tl.max(tl.abs(qs_lo), axis=1), tl.max(tl.abs(qs_hi), axis=1)), 1e-30)
+        inv = 127.0 / amax
+        qk_lo, _ = round_to_int8(qs_lo * inv[:, None])
+        qk_hi, _ = round_to_int8(qs_hi * inv[:, None])
+        k_unit = amax / 127.0
+        s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
+                         + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
+    else:
+        # q . (c * s + m) = (q * s) . (B + c) + q . m - B * sum(q * s): the scales go into the query,
+        # the dots run on the biased codes, the rest is one constant per query head
+        k_unit = 1.0
+        qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+        qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
+        s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
+                         + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
+                         - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
     s_first = tl.sum(q_lo * tl.load(fk_ptr + c).to(tl.float32)[None, :]
                      + q_hi * tl.load(fk_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
     # the block's first value is 8-bit codes: the page loop reads their low nibbles as 4-bit codes,
@@ -165,7 +204,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
     fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-    return region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi
+    return region, qk_lo, qk_hi, k_unit, s_const, s_first, fv_lo, fv_hi
 
 
 @triton.jit
@@ -174,7 +213,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                    BS: tl.constexpr, HALF: tl.constexpr, CODE_BIAS: tl.constexpr,
                    V_CODES: tl.constexpr, V_SCALE: tl.constexpr, K_SCALE: tl.constexpr, K_MIN: tl.constexpr,
                    FIRST_KEY: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr, CODE_DTYPE: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr):
+                   DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, INT8_KEYS: tl.constexpr):
     """One split's share of the pages, pages page_lo..page_hi-1, stored as a partial (rotated
     basis) for `heads` (<= G) query heads at o_ptr / ml_ptr (query head g's at g * head_stride
     partials of 2 * HALF values and of a (max, sum) pair).
@@ -186,6 +225,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
     # fp32 operands (an fp32 model) multiplied in fp32: as tf32 the dots would round q * s and p * s,
     # which the biased codes' constants are computed from unrounded (dot_precision)
     EXACT: tl.constexpr = dot_precision(DOT_DTYPE, False)
+    INT8: tl.constexpr = int8_keys(INT8_KEYS, CODE_DTYPE)
     g = tl.arange(0, G)
     c = tl.arange(0, HALF)
     g_ok = g < heads
@@ -209,9 +249,9 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
         ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
-        region, qk_lo, qk_hi, s_const, s_first, fv_lo, fv_hi = _page_keys(
+        region, qk_lo, qk_hi, k_unit, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
-            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE)
+            FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, INT8)
         if DOT_DTYPE == tl.float16:
             s_const = s_const * q_pow2
             s_first = s_first * q_pow2
@@ -219,13 +259,19 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         for sub in tl.static_range(BS // SUB):
             ts = sub * SUB + tl.arange(0, SUB)
             kc = tl.load(region + ts[:, None] * HALF + c[None, :])  # [SUB, HALF] token-major
-            k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
-            s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
-            s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
-            if DOT_DTYPE == tl.float16:
-                s = s * q_pow2[None, :] + s_const[None, :]
+            if INT8:
+                k_lo, k_hi = int8_code_operands(kc, USE_PTX)
+                s = tl.dot(k_lo, tl.trans(qk_lo), out_dtype=tl.int32)
+                s = tl.dot(k_hi, tl.trans(qk_hi), s, out_dtype=tl.int32)  # [SUB, G]
+                s = s.to(tl.float32) * k_unit[None, :] + s_const[None, :]
             else:
-                s += s_const[None, :]
+                k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+                s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
+                s = tl.dot(k_hi, tl.trans(qk_hi), s, input_precision=EXACT)  # [SUB, G]
+                if DOT_DTYPE == tl.float16:
+                    s = s * q_pow2[None, :] + s_const[None, :]
+                else:
+                    s += s_const[None, :]
             m_tile = tl.max(s, axis=0)
             if sub == 0:  # the block's first token: its exact key's score
                 s = tl.where(ts[:, None] == 0, -float("inf"), s)
@@ -276,7 +322,7 @@ def _decode_kernel(
     LAYOUT: tl.constexpr,  # s4kv.kernels.kernel_layout: the format's constants, read below
     G_PAGES: tl.constexpr, CODE_DTYPE: tl.constexpr, FIRST_KEY_DTYPE: tl.constexpr,
     DOT_DTYPE: tl.constexpr, USE_PTX: tl.constexpr, HKV: tl.constexpr,
-    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr,
+    WINDOW_SPLITS: tl.constexpr, PDL: tl.constexpr, INT8_KEYS: tl.constexpr,
 ):
     # derived here rather than passed: each constexpr argument costs host time in every eager launch
     G_PAD: tl.constexpr = padded_group(GROUP)
@@ -337,7 +383,7 @@ def _decode_kernel(
                        part_ml_ptr + (hq0 * parts + split) * 2, parts,
                        tl.minimum(GROUP - chunk * G_PAGES, G_PAGES),
                        G_PAGES, SUB, PAGE_STAGES, BS, HALF, CODE_BIAS, V_CODES, V_SCALE, K_SCALE,
-                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX)
+                       K_MIN, FIRST_KEY, FIRST_KEY_DTYPE, CODE_DTYPE, DOT_DTYPE, USE_PTX, INT8_KEYS)
     elif chunk == 0:
         if qlen == 1:
             # the window (rotated basis, 8-bit rows): this split's share of positions n_pages*BS .. p-1
@@ -620,7 +666,7 @@ PAGE_HEADS = 8
 # (ROTATE_IN_PAGES), and whole code bytes as fp16 operands (BYTE_CODES, 12% fewer instructions per
 # page): none made the engine's step or the page kernel shorter, also with the pages in L2.
 DECODE_DEFAULTS = {"SUB": fmt.BLOCK_SIZE, "PAGE_STAGES": 5, "TAIL_SUB": 64, "TAIL_STAGES": 1,
-                   "num_warps": 4, "maxnreg": 128}
+                   "num_warps": 4, "maxnreg": 128, "INT8_KEYS": False}
 
 
 def programmatic_launch(device) -> bool:

@@ -167,3 +167,35 @@ def biased_code_operands(packed, CODE_DTYPE: tl.constexpr, OP_DTYPE: tl.constexp
         lo = (packed & 0xF).to(tl.float32) + bias
         hi = (packed >> 4).to(tl.float32) + bias
     return lo.to(OP_DTYPE), hi.to(OP_DTYPE)
+
+
+@triton.constexpr_function
+def byte_code_asm(half: str) -> str:
+    """s4kv.kernels.code_ptx.BYTE_CODES_PTX[half], for inline_asm_elementwise."""
+    return code_ptx.BYTE_CODES_PTX[half]
+
+
+@triton.jit
+def int8_code_operands(packed, USE_PTX: tl.constexpr):
+    """Packed code bytes -> both halves as int8 dot operands holding the codes (0..15) themselves
+    (s4kv.kernels.code_ptx.BYTE_CODES_PTX); USE_PTX: compiled, else Triton operations (the interpreter)."""
+    if USE_PTX:
+        lo = tl.inline_asm_elementwise(byte_code_asm("lo"), "=r,r", [packed], dtype=tl.int8, is_pure=True, pack=4)
+        hi = tl.inline_asm_elementwise(byte_code_asm("hi"), "=r,r", [packed], dtype=tl.int8, is_pure=True, pack=4)
+    else:
+        lo = (packed & 0xF).to(tl.int8)
+        hi = (packed >> 4).to(tl.int8)
+    return lo, hi
+
+
+# 1.5 * 2^23: for |x| <= 2^22, the fp32 sum x + this is exact to the integer nearest x (ties to even),
+# which its low mantissa bits hold as a two's-complement integer
+_ROUND_MAGIC = tl.constexpr(12582912.0)
+
+
+@triton.jit
+def round_to_int8(x):
+    """(round(x) as int8, round(x) as fp32) for |x| <= 127.5: one add and a byte of its bits instead of
+    a rounding and a float-to-integer conversion (a quarter-rate instruction) per element."""
+    r = x + _ROUND_MAGIC
+    return r.to(tl.int32, bitcast=True).to(tl.int8), r - _ROUND_MAGIC
