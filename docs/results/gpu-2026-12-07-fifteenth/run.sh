@@ -21,8 +21,8 @@ D=docs/results/gpu-2026-12-07-fifteenth
 X=${1:?EXPERIMENT}
 dec() { echo "{\"kernel\":\"decode\",\"head_size\":128,\"options\":{$1}}"; }
 grid() { echo "{\"kernel\":\"decode-grid\",\"head_size\":0,\"options\":{$1}}"; }
-tree() {  # NAME DIFF: the shipped s4kv and tests with DIFF applied, in .gpu/t15/NAME
-  rm -rf ".gpu/t15/$1" && mkdir -p ".gpu/t15/$1" && git archive HEAD s4kv tests | tar -x -C ".gpu/t15/$1"
+tree() {  # NAME DIFF: 8285ac5's s4kv and tests (the session's base) with DIFF applied, in .gpu/t15/NAME
+  rm -rf ".gpu/t15/$1" && mkdir -p ".gpu/t15/$1" && git archive 8285ac5 s4kv tests | tar -x -C ".gpu/t15/$1"
   patch -s -d ".gpu/t15/$1" -p1 <"$2"
 }
 if [ "$X" = trees ]; then
