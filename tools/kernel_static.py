@@ -165,8 +165,11 @@ def page_loop(sass: str) -> tuple[int, int, collections.Counter] | None:
     bodies = loop_bodies(sass)
     if not bodies:
         return None
-    best = max((_mma(b[2]) > 0, -_int_to_float(b[2]), _mma(b[2])) for b in bodies)
-    tied = [b for b in bodies if (_mma(b[2]) > 0, -_int_to_float(b[2]), _mma(b[2])) == best]
+    def rank(b):
+        return _mma(b[2]) > 0, -_int_to_float(b[2]), _mma(b[2])
+
+    best = max(map(rank, bodies))
+    tied = [b for b in bodies if rank(b) == best]
     inner = [b for b in tied if not any(o is not b and b[0] <= o[0] and o[1] <= b[1] for o in tied)]
     return max(inner, key=lambda b: sum(b[2].values()))
 

@@ -66,8 +66,8 @@ def int8_keys(requested, code_dtype) -> int:
     int32 sums): the launch option INT8_KEYS (0, 1 or 2) where the operands are bf16 (a bf16 model),
     read at compile time. The codes are int8 operands as they lie in their bytes (3 instructions
     per 8 codes against 7 for 16-bit operands, and half the MMAs), and q * s is rounded to int8
-    with one scale per page and query head (its largest |q * s| over the channels is 127). On an H100 the page kernel was
-    5-8% faster with the pages in L2 and 0.5-1% from DRAM (2026-12-07,
+    with one scale per page and query head (its largest |q * s| over the channels is 127). On an
+    H100 the page kernel was 5-8% faster with the pages in L2 and 0.5-1% from DRAM (2026-12-07,
     docs/results/gpu-2026-12-07-fifteenth/), and SmolLM2 with these roundings simulated
     (tools/format_sim.py, knob dots) scored as with bf16 q * s. Off by default: on random keys its
     rows are ~3x further from the fp32 reference than bf16 q * s puts them (1.5e-2 in the kernel
