@@ -7,10 +7,9 @@ at 8x / 16x queries on the H100, docs/results/cpu-2026-12-06-peaky-emulation/).
 The page loop (s4kv/kernels/decode.py, _page_keys and _pages_partial) rounds, per page and channel,
 q * s (the rotated, scaled query times the page's key scale) and, per token, p * vs (the softmax
 weight times the value scale). With int8 key dots (s4kv.kernels.decode.int8_keys: a bf16 model) q * s
-is rounded to int8 instead, with one scale per page and query head (its largest |q * s| is 127), and
-with two terms (INT8_KEYS 2) the remainder to int8 as well, in 254ths of that unit. A block's token 0 has an exact key (its score from the unrounded
-query) and an 8-bit value whose low nibble goes through the rounded p * vs and whose high nibble is
-added with the unrounded p. The window loop rounds the query once and p * vs per row; this step's
+is rounded to int8 instead, with one scale per page and query head (its largest |q * s| is 127). A
+block's token 0 has an exact key (its score from the unrounded query) and an 8-bit value whose low
+nibble goes through the rounded p * vs and whose high nibble is added with the unrounded p. The window loop rounds the query once and p * vs per row; this step's
 own token is computed in fp32. Everything else is fp32: with an fp32 operand dtype this is the
 reference (s4kv.reference.kivi_attention), which the test checks too."""
 
@@ -22,21 +21,17 @@ BS = fmt.BLOCK_SIZE
 LOG2E = 1.4426950408889634
 
 
-def int8_round(x: torch.Tensor, terms: int = 1) -> torch.Tensor:
-    """x [..., D] rounded as the int8 key dots take it: to multiples of max |x| / 127 over the last axis,
-    and with terms=2 its remainder too, to 254ths of that unit (INT8_KEYS 2)."""
+def int8_round(x: torch.Tensor) -> torch.Tensor:
+    """x [..., D] rounded as the int8 key dots take it: to multiples of max |x| / 127 over the last axis."""
     unit = x.abs().amax(-1, keepdim=True).clamp(min=1e-30) / 127
-    r = torch.round(x / unit)
-    if terms == 2:
-        r = r + torch.round((x / unit - r) * 254) / 254
-    return r * unit
+    return torch.round(x / unit) * unit
 
 
 def decode_row_with_operand_roundings(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float,
-                                      operand_dtype: torch.dtype, int8_keys: int = 0) -> torch.Tensor:
+                                      operand_dtype: torch.dtype, int8_keys: bool = False) -> torch.Tensor:
     """q [1, Hq, D] at the last position of k, v [T, 1, D] (one kv head, exact, model dtype) ->
     [1, Hq, D] fp32, with the kernel's operands rounded to operand_dtype (torch.float32: none) and,
-    with int8_keys 1 or 2, the pages' q * s to one or two int8 terms per page and query head."""
+    with int8_keys, the pages' q * s to int8 with one scale per page and query head."""
     def rnd(x):
         return x.to(operand_dtype).float()
 
@@ -55,7 +50,7 @@ def decode_row_with_operand_roundings(q: torch.Tensor, k: torch.Tensor, v: torch
     # scores: pages (q * s) . codes + q . min with token 0's exact key; the window with the query
     # rounded once; the step's own token (the last row) in fp32
     qs = qc[:, None, :] * kscale[None]  # [Hq, nb, D]
-    s_pg = torch.einsum("hbd,btd->hbt", int8_round(qs, int8_keys) if int8_keys else rnd(qs), kcodes.float())
+    s_pg = torch.einsum("hbd,btd->hbt", int8_round(qs) if int8_keys else rnd(qs), kcodes.float())
     s_pg += torch.einsum("hd,bd->hb", qc, kmin)[..., None]
     s_pg[:, :, 0] = torch.einsum("hd,bd->hb", qc, first_k)
     s_win = torch.einsum("hd,kd->hk", rnd(qc), kw[nq:-1])

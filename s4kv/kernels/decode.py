@@ -62,23 +62,22 @@ LOG2E = 1.4426950408889634
 
 @triton.constexpr_function
 def int8_keys(requested, code_dtype) -> int:
-    """How many int8 terms the page loop's key dots take (0: 16-bit operands; mma m16n8k32 with
-    int32 sums): the launch option INT8_KEYS (0, 1 or 2) where the operands are bf16 (a bf16 model),
-    read at compile time. The codes are int8 operands as they lie in their bytes (3 instructions
-    per 8 codes against 7 for 16-bit operands, and half the MMAs), and q * s is rounded to int8
-    with one scale per page and query head (its largest |q * s| over the channels is 127). On an
-    H100 the page kernel was 5-8% faster with the pages in L2 and 0.5-1% from DRAM (2026-12-07,
-    docs/results/gpu-2026-12-07-fifteenth/), and SmolLM2 with these roundings simulated
-    (tools/format_sim.py, knob dots) scored as with bf16 q * s. Off by default: on random keys its
-    rows are ~3x further from the fp32 reference than bf16 q * s puts them (1.5e-2 in the kernel
-    tests' harness), beyond the bf16 bound that the kernel tests and the engine's start-up check
-    (s4kv.backend.selfcheck) hold every row to, and neither the GPU kernel tests nor an H200 have
-    run it. Two terms (INT8_KEYS 2) add the rounding's remainder as a second int8 operand in 254ths
-    of the unit, and two more MMAs per warp and half: q * s to ~15 bits of its largest value, rows
-    within the bf16 bound of the fp32 reference in the interpreter's kernel tests, 759 instructions
-    per warp and page (sm90) against 779; built after the lease, not yet run on a GPU. fp16 operands
-    (an fp16 model, or fp16_operands) keep 16-bit key dots: their q * s rounds finer than one int8
-    term's."""
+    """Whether the page loop's key dots run on int8 operands (1; mma m16n8k32 with int32 sums) or
+    16-bit ones (0): the launch option INT8_KEYS where the operands are bf16 (a bf16 model), read
+    at compile time. The codes are int8 operands as they lie in their bytes (3 instructions per 8
+    codes against 7 for 16-bit operands, and half the MMAs), and q * s is rounded to int8 with one
+    scale per page and query head (its largest |q * s| over the channels is 127). On an H100 the
+    page kernel is 5-8% faster with the pages in L2 and within 0.7 us from DRAM (2026-12-07, twice:
+    docs/results/gpu-2026-12-07-fifteenth/ and -sixteenth/), and SmolLM2's greedy continuations of
+    16 prompts agree with bf16's as the shipped kernel's do (36.0% against 34.9% of the tokens,
+    sixteenth). Off by default: its rows are
+    1.3e-2 to 2.6e-2 from the fp32 reference on random keys in the kernel tests and 3.0e-2 in the
+    engine's start-up check (s4kv.backend.selfcheck), which holds bf16 rows to 1e-2 and refuses to
+    start such an engine. (Two terms, the rounding's remainder as a second int8 operand, met that
+    bound but were slower than the 16-bit dots: removed, sixteenth session.) fp16 operands (an fp16
+    model, or fp16_operands) keep 16-bit key dots: their q * s rounds finer than int8's."""
+    if int(requested) not in (0, 1):
+        raise ValueError(f"INT8_KEYS is 0 or 1, not {requested}")
     return int(requested) if code_dtype == tl.bfloat16 else 0
 
 
@@ -186,14 +185,9 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
         qs_hi = q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]
         amax = tl.maximum(tl.maximum(tl.max(tl.abs(qs_lo), axis=1), tl.max(tl.abs(qs_hi), axis=1)), 1e-30)
         inv = 127.0 / amax
-        qk_lo, r_lo = round_to_int8(qs_lo * inv[:, None])
-        qk_hi, r_hi = round_to_int8(qs_hi * inv[:, None])
+        qk_lo, _ = round_to_int8(qs_lo * inv[:, None])
+        qk_hi, _ = round_to_int8(qs_hi * inv[:, None])
         k_unit = amax / 127.0
-        if INT8_KEYS == 2:  # the rounding's remainder (|.| <= 1/2 unit) as a second int8 term, in 254ths
-            qk2_lo, _ = round_to_int8((qs_lo * inv[:, None] - r_lo) * 254.0)
-            qk2_hi, _ = round_to_int8((qs_hi * inv[:, None] - r_hi) * 254.0)
-        else:
-            qk2_lo, qk2_hi = qk_lo, qk_hi
         s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                          + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :], axis=1)
     else:
@@ -202,7 +196,6 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
         k_unit = 1.0
         qk_lo = (q_lo * tl.load(ks_ptr + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
         qk_hi = (q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]).to(DOT_DTYPE)
-        qk2_lo, qk2_hi = qk_lo, qk_hi
         s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                          + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :]
                          - CODE_BIAS * (qk_lo.to(tl.float32) + qk_hi.to(tl.float32)), axis=1)
@@ -214,7 +207,7 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
     f16s = 16.0 * f16.to(tl.float32)
     fv_lo = ((k0 & 0xF).to(tl.float32) - 7.5) * f16s
     fv_hi = ((k0 >> 4).to(tl.float32) - 7.5) * f16s
-    return region, qk_lo, qk_hi, qk2_lo, qk2_hi, k_unit, s_const, s_first, fv_lo, fv_hi
+    return region, qk_lo, qk_hi, k_unit, s_const, s_first, fv_lo, fv_hi
 
 
 @triton.jit
@@ -259,7 +252,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
         # the next page's narrow loads (the last page's again at the end: in bounds, and cached)
         ahead = _page_region(cache_ptr, bt_row, tl.minimum(page + 1, page_hi - 1), head, stride_cb)
         vs_next, f16_next, k0_next = _narrow_loads(ahead, tb, c, V_SCALE)
-        region, qk_lo, qk_hi, qk2_lo, qk2_hi, k_unit, s_const, s_first, fv_lo, fv_hi = _page_keys(
+        region, qk_lo, qk_hi, k_unit, s_const, s_first, fv_lo, fv_hi = _page_keys(
             cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0, HALF, K_SCALE, K_MIN,
             FIRST_KEY, FIRST_KEY_DTYPE, CODE_BIAS, DOT_DTYPE, INT8)
         if DOT_DTYPE == tl.float16:
@@ -273,12 +266,7 @@ def _pages_partial(cache_ptr, stride_cb, head, bt_row, qr_row, page_lo, page_hi,
                 k_lo, k_hi = int8_code_operands(kc, USE_PTX)
                 s = tl.dot(k_lo, tl.trans(qk_lo), out_dtype=tl.int32)
                 s = tl.dot(k_hi, tl.trans(qk_hi), s, out_dtype=tl.int32)  # [SUB, G]
-                if INT8 == 2:  # 254 * s + the remainders' dots: at most 15 * 127 * 128 * 255 < 2^31
-                    s2 = tl.dot(k_lo, tl.trans(qk2_lo), out_dtype=tl.int32)
-                    s2 = tl.dot(k_hi, tl.trans(qk2_hi), s2, out_dtype=tl.int32)
-                    s = (s * 254 + s2).to(tl.float32) * (k_unit * (1.0 / 254.0))[None, :] + s_const[None, :]
-                else:
-                    s = s.to(tl.float32) * k_unit[None, :] + s_const[None, :]
+                s = s.to(tl.float32) * k_unit[None, :] + s_const[None, :]
             else:
                 k_lo, k_hi = biased_code_operands(kc, CODE_DTYPE, DOT_DTYPE, USE_PTX)
                 s = tl.dot(k_lo, tl.trans(qk_lo), input_precision=EXACT)
