@@ -1,4 +1,23 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, sixteenth session: an H100, no H200;
+# docs/results/gpu-2026-12-07-sixteenth/: INT8_KEYS 1 again 5-6% faster from L2, INT8_KEYS 2 slower than the
+# shipped kernel and removed; the GPU kernel tests at f931f4f passed every shipped kernel's test; with
+# INT8_KEYS 1 the engine's start-up check refuses to start, and with it widened SmolLM2's greedy
+# continuations agree with bf16 as the shipped kernel's do).
+# THE BUNDLE: the tree that travels with every call is 24 MB now, so make-bundle's 58 MiB chunks no longer
+# fit a call (64 MiB): `../shared/gpu/make-bundle --chunk-mib 36` (nine chunks, its printed calls).
+# Run detached work from a copy of the tree (tar --exclude=./.gpu . | tar -C /root/src -x): each call
+# re-syncs the checkout, and a pytest running in it then fails with ImportPathMismatchError.
+# On an H200, in order:
+#   1. One call of about 5 minutes, no vLLM, nothing to carry: shipped against INT8_KEYS 1 where the loop
+#      binds (mkdir -p /root/i8 first; copy /root/i8/decode-configs.tgz and table.txt to $OUT):
+#      CONFIGS='shipped=[] int8=[{"kernel":"decode","head_size":128,"options":{"INT8_KEYS":1}}]' PROFILE=128 \
+#        OUT=/root/i8 ALIASES="0 128" PASSES=2 POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >/root/i8/table.txt 2>&1
+#   2. With the bundle, end to end: `s4kv bench speed` at 8k x 32 and 32k x 8 for auto and int4_kivi, then
+#      int4_kivi again with INT8_KEYS 1 (/root/s4kv-kernel-config.json, docs/results/gpu-2026-12-07-sixteenth/
+#      run.sh option 1) through wide-selfcheck/sitecustomize.py on PYTHONPATH (the start-up check refuses it
+#      at 1e-2): what 5-8% of the page loop is worth where the loop binds. Only if that is worth having:
+#      a start-up check and kernel tests against the kernel's own roundings (tests/operand_roundings.py).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, fifteenth session: one H100, no H200;
 # docs/results/gpu-2026-12-07-fifteenth/: the key dots on int8 operands, launch option INT8_KEYS (off),
 # made the page kernel 5-8% faster from L2 and 0.5-1% from DRAM; the fourteenth session's early value-codes
