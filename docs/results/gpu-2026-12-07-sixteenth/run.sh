@@ -9,6 +9,7 @@
 #                 DRAM and with the pages in L2 (--alias-blocks 128), two passes alternating, and each
 #                 one's Nsight Compute stall profile from L2 at 8k x 32. Run detached (setsid nohup);
 #                 DIR/table.txt gets the table, DIR/decode-configs.tgz the records.
+#   configs1 DIR  the same with the shipped kernel and INT8_KEYS 1 only (for an H200).
 #   suite DIR     with the vLLM bundle, patched (run-on-device.sh patch): the GPU kernel tests with the
 #                 defaults, then with INT8_KEYS 1; then SmolLM2's quality (s4kv bench quality, 3 windows)
 #                 of bf16 and int4_kivi with the defaults, and of int4_kivi with INT8_KEYS 1. DIR/NAME/ each.
@@ -23,6 +24,10 @@ case ${1:?MODE} in
   configs)
     O=${2:?DIR}; mkdir -p "$O"
     CONFIGS="shipped=[] int8=[$(dec 128 1)] int8x2=[$(dec 128 2)]" PROFILE=128 OUT=$O ALIASES="0 128" \
+      PASSES=2 POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >"$O/table.txt" 2>&1 ;;
+  configs1)  # the same without two terms (removed after the H100's run), PROFILE as given (e.g. 128)
+    O=${2:?DIR}; mkdir -p "$O"
+    CONFIGS="shipped=[] int8=[$(dec 128 1)]" PROFILE=${PROFILE:-} OUT=$O ALIASES="0 128" \
       PASSES=2 POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >"$O/table.txt" 2>&1 ;;
   suite)
     O=${2:?DIR}; mkdir -p "$O"
