@@ -9,7 +9,8 @@
 #                 DRAM and with the pages in L2 (--alias-blocks 128), two passes alternating, and each
 #                 one's Nsight Compute stall profile from L2 at 8k x 32. Run detached (setsid nohup);
 #                 DIR/table.txt gets the table, DIR/decode-configs.tgz the records.
-#   configs1 DIR  the same with the shipped kernel and INT8_KEYS 1 only (for an H200).
+#   configs1 DIR  the same with the shipped kernel and INT8_KEYS 1 only (for an H200; ALIASES, PASSES and
+#                 PROFILE as decode_configs.sh takes them, default "0 128", 2 and none).
 #   suite DIR     with the vLLM bundle, patched (run-on-device.sh patch): the GPU kernel tests with the
 #                 defaults, then with INT8_KEYS 1; then SmolLM2's quality (s4kv bench quality, 3 windows)
 #                 of bf16 and int4_kivi with the defaults, and of int4_kivi with INT8_KEYS 1. DIR/NAME/ each.
@@ -27,8 +28,8 @@ case ${1:?MODE} in
       PASSES=2 POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >"$O/table.txt" 2>&1 ;;
   configs1)  # the same without two terms (removed after the H100's run), PROFILE as given (e.g. 128)
     O=${2:?DIR}; mkdir -p "$O"
-    CONFIGS="shipped=[] int8=[$(dec 128 1)]" PROFILE=${PROFILE:-} OUT=$O ALIASES="0 128" \
-      PASSES=2 POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >"$O/table.txt" 2>&1 ;;
+    CONFIGS="shipped=[] int8=[$(dec 128 1)]" PROFILE=${PROFILE:-} OUT=$O ALIASES=${ALIASES:-0 128} \
+      PASSES=${PASSES:-2} POINTS="8192,32768 32,8" bash tools/gpu/decode_configs.sh >"$O/table.txt" 2>&1 ;;
   suite)
     O=${2:?DIR}; mkdir -p "$O"
     run() { echo "== $1 $(date -u +%T)"; OUT=$O/$1 KVS=${3:-} bash tools/gpu/run-on-device.sh "$2" >"$O/$1.log" 2>&1; }
