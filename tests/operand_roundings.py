@@ -9,9 +9,10 @@ q * s (the rotated, scaled query times the page's key scale) and, per token, p *
 weight times the value scale). With int8 key dots (s4kv.kernels.decode.int8_keys: a bf16 model) q * s
 is rounded to int8 instead, with one scale per page and query head (its largest |q * s| is 127). A
 block's token 0 has an exact key (its score from the unrounded query) and an 8-bit value whose low
-nibble goes through the rounded p * vs and whose high nibble is added with the unrounded p. The window loop rounds the query once and p * vs per row; this step's
-own token is computed in fp32. Everything else is fp32: with an fp32 operand dtype this is the
-reference (s4kv.reference.kivi_attention), which the test checks too."""
+nibble goes through the rounded p * vs and whose high nibble is added with the unrounded p. The
+window loop rounds the query once and p * vs per row; this step's own token is computed in fp32.
+Everything else is fp32: with an fp32 operand dtype this is the reference
+(s4kv.reference.kivi_attention), which the test checks too."""
 
 import torch
 

@@ -70,12 +70,12 @@ def int8_keys(requested, code_dtype) -> int:
     page kernel is 5-8% faster with the pages in L2 and within 0.7 us from DRAM (2026-12-07, twice:
     docs/results/gpu-2026-12-07-fifteenth/ and -sixteenth/), and SmolLM2's greedy continuations of
     16 prompts agree with bf16's as the shipped kernel's do (36.0% against 34.9% of the tokens,
-    sixteenth). Off by default: its rows are
-    1.3e-2 to 2.6e-2 from the fp32 reference on random keys in the kernel tests and 3.0e-2 in the
-    engine's start-up check (s4kv.backend.selfcheck), which holds bf16 rows to 1e-2 and refuses to
-    start such an engine. (Two terms, the rounding's remainder as a second int8 operand, met that
-    bound but were slower than the 16-bit dots: removed, sixteenth session.) fp16 operands (an fp16
-    model, or fp16_operands) keep 16-bit key dots: their q * s rounds finer than int8's."""
+    sixteenth). Off by default: its rows are 1.3e-2 to 2.6e-2 from the fp32 reference on random
+    keys in the kernel tests and 3.0e-2 in the engine's start-up check (s4kv.backend.selfcheck),
+    which holds bf16 rows to 1e-2 and refuses to start such an engine. (Two terms, the rounding's
+    remainder as a second int8 operand, met that bound but were slower than the 16-bit dots:
+    removed, sixteenth session.) fp16 operands (an fp16 model, or fp16_operands) keep 16-bit key
+    dots: their q * s rounds finer than int8's."""
     if int(requested) not in (0, 1):
         raise ValueError(f"INT8_KEYS is 0 or 1, not {requested}")
     return int(requested) if code_dtype == tl.bfloat16 else 0
@@ -185,8 +185,8 @@ def _page_keys(cache_ptr, bt_row, page, head, stride_cb, q_lo, q_hi, c, f16, k0,
         qs_hi = q_hi * tl.load(ks_ptr + HALF + c).to(tl.float32)[None, :]
         amax = tl.maximum(tl.maximum(tl.max(tl.abs(qs_lo), axis=1), tl.max(tl.abs(qs_hi), axis=1)), 1e-30)
         inv = 127.0 / amax
-        qk_lo, _ = round_to_int8(qs_lo * inv[:, None])
-        qk_hi, _ = round_to_int8(qs_hi * inv[:, None])
+        qk_lo = round_to_int8(qs_lo * inv[:, None])
+        qk_hi = round_to_int8(qs_hi * inv[:, None])
         k_unit = amax / 127.0
         s_const = tl.sum(q_lo * tl.load(km_ptr + c).to(tl.float32)[None, :]
                          + q_hi * tl.load(km_ptr + HALF + c).to(tl.float32)[None, :], axis=1)

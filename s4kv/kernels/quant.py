@@ -195,7 +195,6 @@ _ROUND_MAGIC = tl.constexpr(12582912.0)
 
 @triton.jit
 def round_to_int8(x):
-    """(round(x) as int8, round(x) as fp32) for |x| < 127.5: one add and a byte of its bits instead of
-    a rounding and a float-to-integer conversion (a quarter-rate instruction) per element."""
-    r = x + _ROUND_MAGIC
-    return r.to(tl.int32, bitcast=True).to(tl.int8), r - _ROUND_MAGIC
+    """round(x) as int8 for |x| < 127.5: one add and a byte of its bits instead of a rounding and a
+    float-to-integer conversion (a quarter-rate instruction) per element."""
+    return (x + _ROUND_MAGIC).to(tl.int32, bitcast=True).to(tl.int8)
