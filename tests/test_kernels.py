@@ -183,18 +183,24 @@ def test_many_splits():
     _check_split_counts(_engine(4, 1, 64, torch.bfloat16, num_blocks=16), TOL[torch.bfloat16])
 
 
-def _check_split_counts(e, tol):
-    """One decode query after 4 pages (2 units) and a window of 130 rows, against the reference with
-    1, 3 and 8 splits (pages spread over splits, more splits than pages)."""
+def _check_split_counts(e, tol, q_scale=1, check_row=None):
+    """One decode query after 4 pages (2 units) and a window of 130 rows, with 1, 3 and 8 splits
+    (pages spread over splits, more splits than pages), against the reference, or checked by
+    check_row(result, splits) instead; q_scale scales the request's queries."""
     from s4kv.kernels import decode
 
     e.add("a", 5 * BS + 3)
+    e.reqs["a"]["q"] *= q_scale
     e.step([("a", 5 * BS + 2)])
     orig = decode.num_splits
     try:
         for splits in (1, 3, 8):
             decode.num_splits = lambda *a, s=splits, **k: s
-            check(e, e.step([("a", 1)]), tol)
+            result = e.step([("a", 1)])
+            if check_row is None:
+                check(e, result, tol)
+            else:
+                check_row(result, splits)
             e.reqs["a"]["done"] -= 1  # recompute the same query with another split count
     finally:
         decode.num_splits = orig
@@ -353,31 +359,22 @@ def test_int8_key_dots_against_their_roundings(d, hq, q_scale, monkeypatch):
     (docs/results/gpu-2026-12-07-sixteenth/int8_errors.txt): the option is off by default."""
     from operand_roundings import decode_row_with_operand_roundings
 
-    from s4kv.kernels import decode
-
     _set_launch(monkeypatch, {("decode", d): {"INT8_KEYS": 1}})
     assert _int8_keys(torch.bfloat16, d)
+
+    def int8_row(result, splits):
+        out, ctx = result["a"]
+        r = e.reqs["a"]
+        q, k, v = r["q"][ctx:ctx + 1], r["k"][:ctx + 1], r["v"][:ctx + 1]
+        own = relative_error(out, decode_row_with_operand_roundings(
+            q, k, v, d ** -0.5, _operand_dtype(torch.bfloat16), int8_keys=True))
+        unrounded = relative_error(out, decode_row_with_operand_roundings(q, k, v, d ** -0.5, torch.float32))
+        assert torch.isfinite(out).all()
+        assert own < TOL[torch.bfloat16], (splits, own, unrounded)
+        assert unrounded > 3 * own, (splits, own, unrounded)
+
     e = _engine(hq, 1, d, torch.bfloat16, num_blocks=16)
-    e.add("a", 5 * BS + 3)
-    e.reqs["a"]["q"] *= q_scale
-    e.step([("a", 5 * BS + 2)])
-    orig = decode.num_splits
-    try:
-        for splits in (1, 3, 8):
-            decode.num_splits = lambda *a, s=splits, **k: s
-            result = e.step([("a", 1)])
-            out, ctx = result["a"]
-            r = e.reqs["a"]
-            q, k, v = r["q"][ctx:ctx + 1], r["k"][:ctx + 1], r["v"][:ctx + 1]
-            own = relative_error(out, decode_row_with_operand_roundings(
-                q, k, v, d ** -0.5, _operand_dtype(torch.bfloat16), int8_keys=True))
-            unrounded = relative_error(out, decode_row_with_operand_roundings(q, k, v, d ** -0.5, torch.float32))
-            assert torch.isfinite(out).all()
-            assert own < TOL[torch.bfloat16], (splits, own, unrounded)
-            assert unrounded > 3 * own, (splits, own, unrounded)
-            e.reqs["a"]["done"] -= 1  # the same query again with another split count
-    finally:
-        decode.num_splits = orig
+    _check_split_counts(e, TOL[torch.bfloat16], q_scale=q_scale, check_row=int8_row)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
