@@ -3,7 +3,7 @@
 # (../shared/gpu/README.md: five chunk copies, then setup-on-device.sh).
 #
 #   bash tools/gpu/run-on-device.sh STEP...      (steps: patch tests tune tune-window pdl tune-stage smoke kernels variants profile profile-source diag-tail
-#                                                 host-overhead profile-decode store-warps
+#                                                 host-overhead profile-decode profile-decode-window store-warps
 #                                                 kernels-baseline profile-baseline (BASELINE=DIR)
 #                                                 bench-capacity capacity-defaults bench-speed bench-quality bench-quality-baseline bench-quality-floor throughput
 #                                                 bench-serve tp-check tp-bench)
@@ -155,6 +155,16 @@ for s in "$@"; do
         # shellcheck disable=SC2086
         step "profile-decode-$pt" python3 tools/gpu/profile_decode.py ${PROFILE_ARGS:-} --kv "$KVS" --context "${pt%x*}" \
           --batch "${pt#*x}" --json "$OUT/profile-decode-$pt.json"
+      done ;;
+    profile-decode-window)  # the speed bench's decode window against a steady decode step, each dtype of KVS
+      # at each PROFILE_POINTS point: profile_decode.py with prefix caching on (WINDOW_STEADY_STEPS, default 64)
+      # and --bench-like with the bench's --new-tokens (WINDOW_BENCH_STEPS, default 256); what the steps where
+      # requests decode beside others' prefill cost each dtype, kernel by kernel
+      for pt in ${PROFILE_POINTS:-8192x32}; do
+        step "profile-window-steady-$pt" python3 tools/gpu/profile_decode.py --steps "${WINDOW_STEADY_STEPS:-64}" \
+          --kv "$KVS" --context "${pt%x*}" --batch "${pt#*x}" --json "$OUT/profile-window-steady-$pt.json"
+        step "profile-window-bench-$pt" python3 tools/gpu/profile_decode.py --bench-like --steps "${WINDOW_BENCH_STEPS:-256}" \
+          --kv "$KVS" --context "${pt%x*}" --batch "${pt#*x}" --json "$OUT/profile-window-bench-$pt.json"
       done ;;
     profile-decode-baseline)  # the same with another s4kv tree (BASELINE=DIR holding s4kv/, e.g. `git archive
       # COMMIT s4kv`) for int4_kivi only (BASELINE_KVS), to set a kernel change against the tree before it

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, seventeenth session: no machine at all was lent; the
-# sixteenth session's plan below stands, and this is added to it).
-# The 8k x 32 target (1.4x on the H200) needs about 9 us per layer off the bench's step (250 of its 6,311 us
-# per step against bf16's 8,481, ninth session). The bench counts, as decode time, the steps where the first
-# requests decode beside later prompts' prefill: on 2026-12-04's tree they took the ratio from 1.41x (steady
-# step) to 1.27x; the current tree has never been profiled that way. On any GPU (the mixed steps' costs are
-# kernels and launches, not the H200's bandwidth), with the bundle, from a copy of the tree, detached (about
-# 8 minutes, one engine per dtype at a time):
-#   mkdir -p /root/src && tar --exclude=./.gpu --exclude=__pycache__ -cf - . | tar -C /root/src -xf - && cd /root/src
-#   bash tools/gpu/run-on-device.sh patch
-#   OUT=/root/pd/steady KVS=int4_kivi,auto PROFILE_ARGS="--steps 64" PROFILE_POINTS=8192x32 \
-#     bash tools/gpu/run-on-device.sh profile-decode
-#   OUT=/root/pd/bench-like KVS=int4_kivi,auto PROFILE_ARGS="--bench-like --steps 256" PROFILE_POINTS=8192x32 \
-#     bash tools/gpu/run-on-device.sh profile-decode
-# (wrap the three in one script under setsid nohup; collect /root/pd). Then, per kernel, int4_kivi's step in
-# the bench's window against its steady step, next to bf16's: what the mixed steps cost and which kernel.
-# On an H200, the sixteenth session's items 1 and 2 come first.
+# sixteenth session's plan below stands, with two additions).
+# A. On an H200, add a third page buffer to item 1's configurations (a launch option: PAGE_STAGES 7, 53.5 KB of
+#    shared memory, still four programs per SM on sm90): stages7=[{"kernel":"decode","head_size":128,
+#    "options":{"PAGE_STAGES":7}}]. Why: the one loop change timed on the H200 from both L2 and DRAM,
+#    FIRST_OFFSET (ninth session), took 1.8 us off the page kernel from L2 but only 0.5-0.6 us from DRAM, so
+#    from DRAM the H200's kernel waits on more than its loop (the pages' arrival as well); the H100, where
+#    the third buffer was slower (fourteenth session), never showed that. For the same reason item 1's
+#    INT8_KEYS gain may not carry from L2 to DRAM there: read both columns. Add PROFILE=128 and also the
+#    stall profile from DRAM (the loop's long-scoreboard waits on its page buffers are the question).
+# B. On any GPU, with the bundle (the mixed steps' costs are kernels and launches, not the H200's bandwidth):
+#    the speed bench's 8k x 32 decode window against a steady step, kernel by kernel, both dtypes (about 8
+#    minutes; run detached):
+#      KVS=int4_kivi,auto PROFILE_POINTS=8192x32 bash tools/gpu/run-on-device.sh --detach patch profile-decode-window
+#    The 8k x 32 target (1.4x on the H200) needs about 9 us per layer off the bench's step (250 of its 6,311
+#    us against bf16's 8,481, ninth session); on 2026-12-04's tree the window's mixed steps took the ratio
+#    from 1.41x (steady) to 1.27x, and the current tree has never been profiled that way.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, sixteenth session: an H100, no H200;
 # docs/results/gpu-2026-12-07-sixteenth/: INT8_KEYS 1 again 5-6% faster from L2, INT8_KEYS 2 slower than the
 # shipped kernel and removed; the GPU kernel tests at f931f4f passed every shipped kernel's test; with
