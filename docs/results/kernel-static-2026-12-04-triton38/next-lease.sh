@@ -3,7 +3,10 @@
 # sixteenth session's plan below stands, with two additions).
 # A. On an H200, add a third page buffer to item 1's configurations (a launch option: PAGE_STAGES 7, 53.5 KB of
 #    shared memory, still four programs per SM on sm90): stages7=[{"kernel":"decode","head_size":128,
-#    "options":{"PAGE_STAGES":7}}]. Why: the one loop change timed on the H200 from both L2 and DRAM,
+#    "options":{"PAGE_STAGES":7}}] and both together, int8s7=[{"kernel":"decode","head_size":128,"options":
+#    {"INT8_KEYS":1,"PAGE_STAGES":7}}]. Why: two buffers leave one page in flight per program while one is
+#    computed (about 9 MB over the GPU, 2.1 us of the H200's copy bandwidth), so a shorter loop exposes the
+#    pages' latency; and the one loop change timed on the H200 from both L2 and DRAM,
 #    FIRST_OFFSET (ninth session), took 1.8 us off the page kernel from L2 but only 0.5-0.6 us from DRAM, so
 #    from DRAM the H200's kernel waits on more than its loop (the pages' arrival as well); the H100, where
 #    the third buffer was slower (fourteenth session), never showed that. For the same reason item 1's
