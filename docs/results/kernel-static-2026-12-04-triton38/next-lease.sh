@@ -18,6 +18,13 @@
 #    emulation: 9.6e-4 / 6.6e-4) where bf16 operands miss the
 #    peaky-query bound; the H200, where the loop binds, has never compared them. If they are faster there,
 #    they can be the default for bf16 models (their errors are the tighter ones).
+#    All of A in one detached call, no vLLM (about 8 minutes with the profiles; collect table.txt and
+#    decode-configs.tgz from /root/a):
+#      d() { echo "[{\"kernel\":\"decode\",\"head_size\":128,\"options\":$1}]"; }
+#      mkdir -p /root/a && CONFIGS="shipped=[] int8=$(d '{"INT8_KEYS":1}') stages7=$(d '{"PAGE_STAGES":7}') \
+#        int8s7=$(d '{"INT8_KEYS":1,"PAGE_STAGES":7}') fp16ops=[{\"kernel\":\"decode-grid\",\"head_size\":0,\"options\":{\"fp16_operands\":true}}]" \
+#        OUT=/root/a ALIASES="0 128" PASSES=2 PROFILE="0 128" POINTS="8192,32768 32,8" \
+#        setsid nohup bash tools/gpu/decode_configs.sh >/root/a/table.txt 2>&1 &
 # B. On any GPU, with the bundle (the mixed steps' costs are kernels and launches, not the H200's bandwidth):
 #    the speed bench's 8k x 32 decode window against a steady step, kernel by kernel, both dtypes (about 8
 #    minutes; run detached):
