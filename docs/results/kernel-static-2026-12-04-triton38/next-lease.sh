@@ -32,6 +32,10 @@
 #    The 8k x 32 target (1.4x on the H200) needs about 9 us per layer off the bench's step (250 of its 6,311
 #    us against bf16's 8,481, ninth session); on 2026-12-04's tree the window's mixed steps took the ratio
 #    from 1.41x (steady) to 1.27x, and the current tree has never been profiled that way.
+# C. On an H100 (the usual case), before any more page-loop timing there, one detached call of about 12
+#    minutes, no vLLM: whether the H100 with a larger pool of pages stands in for the H200 from DRAM
+#    (docs/results/cpu-2026-12-07-h200-proxy/: here `bash docs/results/cpu-2026-12-07-h200-proxy/make-trees.sh`,
+#    carry [".gpu/proxy"], then its run.sh as its header says).
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, sixteenth session: an H100, no H200;
 # docs/results/gpu-2026-12-07-sixteenth/: INT8_KEYS 1 again 5-6% faster from L2, INT8_KEYS 2 slower than the
 # shipped kernel and removed; the GPU kernel tests at f931f4f passed every shipped kernel's test; with
