@@ -6,7 +6,7 @@
 #    "options":{"PAGE_STAGES":7}}] and both together, int8s7=[{"kernel":"decode","head_size":128,"options":
 #    {"INT8_KEYS":1,"PAGE_STAGES":7}}]. Why: two buffers leave one page in flight per program while one is
 #    computed (about 9 MB over the GPU, 2.1 us of the H200's copy bandwidth), so a shorter loop exposes the
-#    pages' latency; and the one loop change timed on the H200 from both L2 and DRAM,
+#    pages' latency (though on the H100 the third buffer was 4.6 us slower from DRAM); and the one loop change timed on the H200 from both L2 and DRAM,
 #    FIRST_OFFSET (ninth session), took 1.8 us off the page kernel from L2 but only 0.5-0.6 us from DRAM, so
 #    from DRAM the H200's kernel waits on more than its loop (the pages' arrival as well); the H100, where
 #    the third buffer was slower (fourteenth session), never showed that. For the same reason item 1's
