@@ -29,6 +29,9 @@
 #    the speed bench's 8k x 32 decode window against a steady step, kernel by kernel, both dtypes (about 8
 #    minutes; run detached):
 #      KVS=int4_kivi,auto PROFILE_POINTS=8192x32 bash tools/gpu/run-on-device.sh --detach patch profile-decode-window
+#    Then here: python3 tools/decode_window.py --steady profile-window-steady-8192x32.json \
+#      --window profile-window-bench-8192x32.json (on 2026-12-04's H200 profiles: int4_kivi's window cost
+#      610 us per step beyond bf16's, 1.27x against 1.39x had it grown only as bf16's did).
 #    The 8k x 32 target (1.4x on the H200) needs about 9 us per layer off the bench's step (250 of its 6,311
 #    us against bf16's 8,481, ninth session); on 2026-12-04's tree the window's mixed steps took the ratio
 #    from 1.41x (steady) to 1.27x, and the current tree has never been profiled that way.
