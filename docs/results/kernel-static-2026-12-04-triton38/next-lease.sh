@@ -25,6 +25,9 @@
 #        int8s7=$(d '{"INT8_KEYS":1,"PAGE_STAGES":7}') fp16ops=[{\"kernel\":\"decode-grid\",\"head_size\":0,\"options\":{\"fp16_operands\":true}}]" \
 #        OUT=/root/a ALIASES="0 128" PASSES=2 PROFILE="0 128" POINTS="8192,32768 32,8" \
 #        setsid nohup bash tools/gpu/decode_configs.sh >/root/a/table.txt 2>&1 &
+#    With the bulk tensor copies too (docs/results/cpu-2026-12-07-tma-pages/: here its make-tree.sh, carry
+#    [".gpu/tma"], and add  tma@.gpu/tma=$(d '{"TMA_PAGES":1}')  to CONFIGS): 28 more instructions per page
+#    than the shipped loop, so not for L2; from the H200's DRAM it is the other way to feed the loop.
 # B. On any GPU, with the bundle (the mixed steps' costs are kernels and launches, not the H200's bandwidth):
 #    the speed bench's 8k x 32 decode window against a steady step, kernel by kernel, both dtypes (about 8
 #    minutes; run detached):
