@@ -28,6 +28,9 @@
 #    With the bulk tensor copies too (docs/results/cpu-2026-12-07-tma-pages/: here its make-tree.sh, carry
 #    [".gpu/tma"], and add  tma@.gpu/tma=$(d '{"TMA_PAGES":1}')  to CONFIGS): 28 more instructions per page
 #    than the shipped loop, so not for L2; from the H200's DRAM it is the other way to feed the loop.
+#    And the rotation variants (docs/results/cpu-2026-12-07-one-tile-rotation/: its make-tree.sh, carry
+#    [".gpu/rot", ".gpu/rot2"], add  rot@.gpu/rot=[] rot2@.gpu/rot2=[]  to CONFIGS): the decode call's
+#    reduction and row kernel; their prefill (stage kernel) with the kernel bench's --prefill-contexts.
 # B. On any GPU, with the bundle (the mixed steps' costs are kernels and launches, not the H200's bandwidth):
 #    the speed bench's 8k x 32 decode window against a steady step, kernel by kernel, both dtypes (about 8
 #    minutes; run detached):
