@@ -91,12 +91,17 @@ def ceiling(int4: dict, bf16: dict, copy_bps: float, targets: list[float]) -> di
             "allowed_us_per_layer_bf16_idle": {t: (b["wall"] / t - fixed_bf16_idle) / layers for t in targets}}
 
 
+def by_point(records: list[dict]) -> dict:
+    """{(context, batch): {kv dtype: record}}."""
+    out: dict = {}
+    for r in records:
+        out.setdefault((r["context"], r["batch"]), {})[r["kv_cache_dtype"]] = r
+    return out
+
+
 def pairs(records: list[dict]):
     """(int4_kivi, bf16) records of each (context, batch)."""
-    by_point: dict = {}
-    for r in records:
-        by_point.setdefault((r["context"], r["batch"]), {})[r["kv_cache_dtype"]] = r
-    for _, recs in sorted(by_point.items()):
+    for _, recs in sorted(by_point(records).items()):
         if "int4_kivi" in recs and "auto" in recs:
             yield recs["int4_kivi"], recs["auto"]
 

@@ -24,15 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_ceiling import model_shape, split_step
-
-
-def by_point(records: list[dict]) -> dict:
-    """{(context, batch): {kv dtype: record}}."""
-    out: dict = {}
-    for r in records:
-        out.setdefault((r["context"], r["batch"]), {})[r["kv_cache_dtype"]] = r
-    return out
+from decode_ceiling import by_point, model_shape, split_step
 
 
 def kernel_deltas(steady: dict, window: dict, top: int) -> list[tuple[str, float, float]]:
