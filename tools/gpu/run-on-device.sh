@@ -93,6 +93,14 @@ step() {  # step NAME CMD...: run, log, remember failures, keep going; returns t
   return $rc
 }
 
+profile_points() {  # NAME ARG...: tools/gpu/profile_decode.py ARG... for KVS at each PROFILE_POINTS point
+  local name=$1 pt; shift
+  for pt in ${PROFILE_POINTS:-8192x32}; do
+    step "$name-$pt" python3 tools/gpu/profile_decode.py "$@" --kv "$KVS" --context "${pt%x*}" \
+      --batch "${pt#*x}" --json "$OUT/$name-$pt.json"
+  done
+}
+
 for s in "$@"; do
   case $s in
     patch)  # the same series application as the wheel build (forklayer), onto the installed vLLM (the
@@ -151,21 +159,14 @@ for s in "$@"; do
       done ;;
     profile-decode)  # an engine's decode step kernel by kernel (PROFILE_POINTS="8192x32 32704x8"), each dtype of KVS
       # (PROFILE_ARGS="--bench-like --steps 128": prefix caching off, as `s4kv bench speed` runs)
-      for pt in ${PROFILE_POINTS:-8192x32}; do
-        # shellcheck disable=SC2086
-        step "profile-decode-$pt" python3 tools/gpu/profile_decode.py ${PROFILE_ARGS:-} --kv "$KVS" --context "${pt%x*}" \
-          --batch "${pt#*x}" --json "$OUT/profile-decode-$pt.json"
-      done ;;
+      # shellcheck disable=SC2086
+      profile_points profile-decode ${PROFILE_ARGS:-} ;;
     profile-decode-window)  # the speed bench's decode window against a steady decode step, each dtype of KVS
       # at each PROFILE_POINTS point: profile_decode.py with prefix caching on (WINDOW_STEADY_STEPS, default 64)
       # and --bench-like with the bench's --new-tokens (WINDOW_BENCH_STEPS, default 256); what the steps where
-      # requests decode beside others' prefill cost each dtype, kernel by kernel
-      for pt in ${PROFILE_POINTS:-8192x32}; do
-        step "profile-window-steady-$pt" python3 tools/gpu/profile_decode.py --steps "${WINDOW_STEADY_STEPS:-64}" \
-          --kv "$KVS" --context "${pt%x*}" --batch "${pt#*x}" --json "$OUT/profile-window-steady-$pt.json"
-        step "profile-window-bench-$pt" python3 tools/gpu/profile_decode.py --bench-like --steps "${WINDOW_BENCH_STEPS:-256}" \
-          --kv "$KVS" --context "${pt%x*}" --batch "${pt#*x}" --json "$OUT/profile-window-bench-$pt.json"
-      done ;;
+      # requests decode beside others' prefill cost each dtype, kernel by kernel (tools/decode_window.py)
+      profile_points profile-window-steady --steps "${WINDOW_STEADY_STEPS:-64}"
+      profile_points profile-window-bench --bench-like --steps "${WINDOW_BENCH_STEPS:-256}" ;;
     profile-decode-baseline)  # the same with another s4kv tree (BASELINE=DIR holding s4kv/, e.g. `git archive
       # COMMIT s4kv`) for int4_kivi only (BASELINE_KVS), to set a kernel change against the tree before it
       if [ -z "${BASELINE:-}" ] || [ ! -d "${BASELINE}/s4kv" ]; then
