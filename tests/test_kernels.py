@@ -361,6 +361,7 @@ def test_int8_key_dots_against_their_roundings(d, hq, q_scale, monkeypatch):
 
     _set_launch(monkeypatch, {("decode", d): {"INT8_KEYS": 1}})
     assert _int8_keys(torch.bfloat16, d)
+    e = _engine(hq, 1, d, torch.bfloat16, num_blocks=16)
 
     def int8_row(result, splits):
         out, ctx = result["a"]
@@ -373,7 +374,6 @@ def test_int8_key_dots_against_their_roundings(d, hq, q_scale, monkeypatch):
         assert own < TOL[torch.bfloat16], (splits, own, unrounded)
         assert unrounded > 3 * own, (splits, own, unrounded)
 
-    e = _engine(hq, 1, d, torch.bfloat16, num_blocks=16)
     _check_split_counts(e, TOL[torch.bfloat16], q_scale=q_scale, check_row=int8_row)
 
 
