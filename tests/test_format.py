@@ -40,6 +40,15 @@ def test_rotation_is_orthogonal_and_fixed(d):
     assert sum(fmt._sign_pattern(d)) not in (d, -d)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_rotations_right_half_is_its_left_half_with_the_lower_tile_negated(d):
+    """What the kernels' forward rotation reads R through (s4kv.kernels.quant.rotate_halves: two tiles
+    instead of four): R = diag(s) @ [[H, H], [H, -H]], so R01 = R00 and R11 = -R10."""
+    r, h = fmt.rotation_pm1(d), d // 2
+    assert torch.equal(r[:h, h:], r[:h, :h])
+    assert torch.equal(r[h:, h:], -r[h:, :h])
+
+
 def test_fp16_rounding_directions():
     x = torch.tensor([0.1, -0.1, 1 / 3, 65504.0, 1e-8, 0.0])
     up, down = fmt.fp16_up(x), fmt.fp16_down(x)

@@ -134,8 +134,26 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
                   TRANSPOSE: tl.constexpr, TF32: tl.constexpr):
     """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D), the
     +-1 matrix [D, D] (rotation_tiles, rotate_with_tiles). Returns fp32 halves."""
-    r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
-    return rotate_with_tiles(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D, TF32)
+    if TRANSPOSE:
+        r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
+        return rotate_with_tiles(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D, TF32)
+    # R = diag(s) @ [[H, H], [H, -H]] (s4kv.format.rotation_pm1), so R's right half is its left half
+    # with the lower tile negated: x @ R = [a R00 + b R10, a R00 + (-b) R10], two tiles instead of four.
+    # The products are the four tiles' (a sign flip is exact) and each half's two dots chain in one
+    # accumulator as the four tiles' did, so the results are the same. The row kernel loads half the
+    # tiles: 9 instead of 6 programs per SM on sm90 and 0.7-1.0 us less per layer on the H100
+    # (docs/results/gpu-2026-12-07-eighteenth/). R^T's kernels (the reduction, the stage kernel) keep
+    # the four tiles: with two, the reduction fitted fewer programs on sm80 and the stage kernel spilled
+    # more (docs/results/cpu-2026-12-07-one-tile-rotation/).
+    i = tl.arange(0, HALF)
+    t0 = tl.load(r_ptr + i[:, None] * (2 * HALF) + i[None, :]).to(OP_DTYPE)
+    t1 = tl.load(r_ptr + (HALF + i[:, None]) * (2 * HALF) + i[None, :]).to(OP_DTYPE)
+    p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
+    a = x_lo.to(OP_DTYPE)
+    b = x_hi.to(OP_DTYPE)
+    y_lo = tl.dot(b, t1, tl.dot(a, t0, input_precision=p), input_precision=p)
+    y_hi = tl.dot(-b, t1, tl.dot(a, t0, input_precision=p), input_precision=p)
+    return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
 
 
 @triton.constexpr_function
