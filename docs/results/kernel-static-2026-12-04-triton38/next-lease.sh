@@ -1,4 +1,21 @@
 #!/usr/bin/env bash
+# WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, eighteenth session: an H100 came for an H200 call;
+# docs/results/gpu-2026-12-07-eighteenth/: the bench's decode window costs int4_kivi no more than bf16 on the
+# current tree (old item B done: the 8k x 32 miss is the steady step's); on the H100 from DRAM TMA_PAGES,
+# PAGE_STAGES 7 and INT8_KEYS+PAGE_STAGES 7 are slower, fp16 operands equal, INT8_KEYS 0.5-0.7 us faster,
+# and the two-tile rotation's forward half 0.7-1.0 us faster per layer; that half is now in the tree,
+# never run on a GPU in the tree's form).
+#  1. On any GPU, first, with the bundle: the GPU kernel tests on the current tree (the forward rotation
+#     on two tiles: the row kernel and the query rotation), alone, detached from a copy of the tree:
+#       bash tools/gpu/run-on-device.sh patch tests
+#     and chunk attention with R^T's half on two tiles as well (never timed), here
+#     `bash docs/results/cpu-2026-12-07-one-tile-rotation/make-tree.sh`, carry [".gpu/rot2"], then on the GPU
+#       for t in . .gpu/rot2; do (cd $t && PYTHONPATH=$PWD python3 -m s4kv.kernels.bench --contexts 8192 --batches 32 \
+#         --prefill-contexts 0,8192,30720 --chunk 2048); done
+#  2. On an H200: item A below (decode_configs.sh from DRAM and L2 with stall profiles) without rot and
+#     rot2 (rot2's forward half is the tree now); 8 configurations took about 17 s each per pass and point
+#     pair on the H100, not 11: with PROFILE "0 128" budget about 12 minutes.
+#  3. Item C below (the H100 proxy calibration), unchanged.
 # WHAT A LEASE SHOULD RUN FIRST (updated 2026-12-07, seventeenth session: no machine at all was lent; the
 # sixteenth session's plan below stands, with two additions).
 # A. On an H200, add a third page buffer to item 1's configurations (a launch option: PAGE_STAGES 7, 53.5 KB of
