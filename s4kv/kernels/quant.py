@@ -141,7 +141,8 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
     # with the lower tile negated: x @ R = [a R00 + b R10, a R00 + (-b) R10], two tiles instead of four.
     # The products are the four tiles' (a sign flip is exact) and each half's two dots chain in one
     # accumulator as the four tiles' did, so the results are the same. The row kernel loads half the
-    # tiles: 9 instead of 6 programs per SM on sm90 and 0.7-1.0 us less per layer on the H100
+    # tiles: 9 instead of 6 programs per SM on sm90; with R's left half as its operand (the same code
+    # but R's row stride) it and the query rotation were 0.7-1.0 us faster per layer on the H100
     # (docs/results/gpu-2026-12-07-eighteenth/). R^T's kernels (the reduction, the stage kernel) keep
     # the four tiles: with two, the reduction fitted fewer programs on sm80 and the stage kernel spilled
     # more (docs/results/cpu-2026-12-07-one-tile-rotation/).
