@@ -52,8 +52,8 @@ from s4kv.kernels.quant import (
     int8_code_operands,
     rotate_halves,
     rotate_with_tiles,
-    rotation_tiles,
     round_to_int8,
+    transposed_rotation_tiles,
 )
 from s4kv.kernels.window import window_slots
 
@@ -497,7 +497,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
     if PDL:  # launched while the page kernel may still run: the row's check above and the
         # rotation's tiles (nothing it writes) load while it finishes; its partials are complete
         # after gdc_wait
-        r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
+        r00, r01, r10, r11 = transposed_rotation_tiles(rot_ptr, HALF)
         gdc_wait()
     g = (tl.program_id(1) % HEAD_SPLITS) * G_SUB + tl.arange(0, G_SUB)
     c = tl.arange(0, HALF)
@@ -548,7 +548,7 @@ def _reduce_kernel(part_o_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh, qsl_p
             rot_hi = rot_hi * w_old[:, None] + tl.sum(w[:, :, None] * o_hi, axis=1)
             m_all = m_new
     if not PDL:  # loaded after the partials: before them they were 0.5-0.7 us slower (H100, 2026-12-05)
-        r00, r01, r10, r11 = rotation_tiles(rot_ptr, HALF, True)
+        r00, r01, r10, r11 = transposed_rotation_tiles(rot_ptr, HALF)
     # back to the original basis (fp32 operands as tf32 on tensor cores: 2e-4 of the output under the
     # interpreter with tf32 rounding emulated; nothing is quantized after it)
     out_lo, out_hi = rotate_with_tiles(rot_lo, rot_hi, r00, r01, r10, r11, tl.float32, INV_SQRT_D, True)

@@ -96,31 +96,26 @@ def dot_precision(op_dtype, tf32: bool) -> str:
 
 
 @triton.jit
-def rotation_tiles(r_ptr, HALF: tl.constexpr, TRANSPOSE: tl.constexpr):
-    """The four [HALF, HALF] tiles (00, 01, 10, 11) of R or R^T from the +-1 matrix [D, D] at r_ptr
+def transposed_rotation_tiles(r_ptr, HALF: tl.constexpr):
+    """The four [HALF, HALF] tiles (00, 01, 10, 11) of R^T from the +-1 matrix R [D, D] at r_ptr
     (row-major, any float dtype: +-1 is exact), for rotate_with_tiles: apart, so that a kernel can
-    issue them before it waits for its inputs."""
+    issue them before it waits for its inputs. (x @ R needs two tiles of R: rotate_halves.)"""
     i = tl.arange(0, HALF)
     d = 2 * HALF
-    if TRANSPOSE:  # tile (a, b) of R^T is R[b, a]^T
-        r00 = tl.load(r_ptr + i[None, :] * d + i[:, None])
-        r01 = tl.load(r_ptr + (HALF + i[None, :]) * d + i[:, None])
-        r10 = tl.load(r_ptr + i[None, :] * d + HALF + i[:, None])
-        r11 = tl.load(r_ptr + (HALF + i[None, :]) * d + HALF + i[:, None])
-    else:
-        r00 = tl.load(r_ptr + i[:, None] * d + i[None, :])
-        r01 = tl.load(r_ptr + i[:, None] * d + HALF + i[None, :])
-        r10 = tl.load(r_ptr + (HALF + i[:, None]) * d + i[None, :])
-        r11 = tl.load(r_ptr + (HALF + i[:, None]) * d + HALF + i[None, :])
+    # tile (a, b) of R^T is R[b, a]^T
+    r00 = tl.load(r_ptr + i[None, :] * d + i[:, None])
+    r01 = tl.load(r_ptr + (HALF + i[None, :]) * d + i[:, None])
+    r10 = tl.load(r_ptr + i[None, :] * d + HALF + i[:, None])
+    r11 = tl.load(r_ptr + (HALF + i[None, :]) * d + HALF + i[:, None])
     return r00, r01, r10, r11
 
 
 @triton.jit
 def rotate_with_tiles(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
                       TF32: tl.constexpr):
-    """[x_lo, x_hi] @ [[r00, r01], [r10, r11]] / sqrt(D) (rotation_tiles): the products are exact and
-    only the fp32 accumulation rounds (with TF32, fp32 operands lose 13 bits first: dot_precision).
-    Returns fp32 halves."""
+    """[x_lo, x_hi] @ [[r00, r01], [r10, r11]] / sqrt(D) (transposed_rotation_tiles): the products are
+    exact and only the fp32 accumulation rounds (with TF32, fp32 operands lose 13 bits first:
+    dot_precision). Returns fp32 halves."""
     a = x_lo.to(OP_DTYPE)
     b = x_hi.to(OP_DTYPE)
     p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
@@ -133,9 +128,9 @@ def rotate_with_tiles(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE: tl.constexpr, IN
 def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr, INV_SQRT_D: tl.constexpr,
                   TRANSPOSE: tl.constexpr, TF32: tl.constexpr):
     """(x @ R) or (x @ R^T) for x given as its two column halves [M, HALF]; R = r_ptr / sqrt(D), the
-    +-1 matrix [D, D] (rotation_tiles, rotate_with_tiles). Returns fp32 halves."""
+    +-1 matrix [D, D]. Returns fp32 halves."""
     if TRANSPOSE:
-        r00, r01, r10, r11 = rotation_tiles(r_ptr, HALF, TRANSPOSE)
+        r00, r01, r10, r11 = transposed_rotation_tiles(r_ptr, HALF)
         return rotate_with_tiles(x_lo, x_hi, r00, r01, r10, r11, OP_DTYPE, INV_SQRT_D, TF32)
     # R = diag(s) @ [[H, H], [H, -H]] (s4kv.format.rotation_pm1), so R's right half is its left half
     # with the lower tile negated: x @ R = [a R00 + b R10, a R00 + (-b) R10], two tiles instead of four.
@@ -152,8 +147,9 @@ def rotate_halves(x_lo, x_hi, r_ptr, HALF: tl.constexpr, OP_DTYPE: tl.constexpr,
     p: tl.constexpr = dot_precision(OP_DTYPE, TF32)
     a = x_lo.to(OP_DTYPE)
     b = x_hi.to(OP_DTYPE)
-    y_lo = tl.dot(b, t1, tl.dot(a, t0, input_precision=p), input_precision=p)
-    y_hi = tl.dot(-b, t1, tl.dot(a, t0, input_precision=p), input_precision=p)
+    a_t0 = tl.dot(a, t0, input_precision=p)  # both halves' first term
+    y_lo = tl.dot(b, t1, a_t0, input_precision=p)
+    y_hi = tl.dot(-b, t1, a_t0, input_precision=p)
     return y_lo * INV_SQRT_D, y_hi * INV_SQRT_D
 
 
