@@ -10,6 +10,8 @@
 #            H100, after docs/results/cpu-2026-12-07-h200-proxy/make-trees.sh, carry .gpu/proxy as well)
 #   later:   cat /root/a/progress; then tar the folder's table*.txt and *.tgz into $OUT
 set -u
+# an S4KV_KERNEL_CONFIG list with one decode entry for head size 128: d OPTIONS_JSON
+d() { echo "[{\"kernel\":\"decode\",\"head_size\":128,\"options\":$1}]"; }
 case $1 in
 start)
   out=$2; rm -rf /root/src "$out"; mkdir -p /root/src "$out"
@@ -19,7 +21,6 @@ start)
   echo "started $!" ;;
 configs)
   out=$2
-  d() { echo "[{\"kernel\":\"decode\",\"head_size\":128,\"options\":$1}]"; }
   fp16ops='[{"kernel":"decode-grid","head_size":0,"options":{"fp16_operands":true}}]'
   shipped="shipped=[]"; int8="int8=$(d '{"INT8_KEYS":1}')"; s7="stages7=$(d '{"PAGE_STAGES":7}')"
   tma="tma@.gpu/tma=$(d '{"TMA_PAGES":1}')"
@@ -34,7 +35,6 @@ configs)
 proxy)  # on an H100: the seventeenth session's proxy calibration (docs/results/cpu-2026-12-07-h200-proxy/,
         # its make-trees.sh here, carry .gpu/proxy too) with the third page buffer and TMA_PAGES beside it
   out=$2
-  d() { echo "[{\"kernel\":\"decode\",\"head_size\":128,\"options\":$1}]"; }
   echo "proxy $(date -u +%T)" >"$out/progress"
   CONFIGS="shipped9@.gpu/proxy/shipped-9=[] fo9@.gpu/proxy/fo-9=$(d '{"FIRST_OFFSET":true}') now=[] \
 int8=$(d '{"INT8_KEYS":1}') stages7=$(d '{"PAGE_STAGES":7}') tma@.gpu/tma=$(d '{"TMA_PAGES":1}')" \
